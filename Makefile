@@ -1,0 +1,49 @@
+# kplane: one static binary, thousands of Kubernetes control planes.
+
+GO          ?= go
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+K8S_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
+K8S_MINOR   := $(word 2,$(subst ., ,$(K8S_VERSION)))
+BUILD_DATE  := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+DATA_DIR    ?= $(CURDIR)/.data
+# The -X flags make /version (and kubectl version) report the Kubernetes
+# release the planes serve.
+LDFLAGS := -s -w \
+	-X kplane.dev/kplane/server/version.Version=$(VERSION) \
+	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=$(K8S_MINOR) \
+	-X k8s.io/component-base/version.gitTreeState=clean \
+	-X k8s.io/component-base/version.buildDate=$(BUILD_DATE)
+
+export CGO_ENABLED = 0
+
+.PHONY: all build run test test-unit test-e2e vet clean
+
+all: build
+
+## build: bin/kplane, one static binary
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kplane .
+
+## run: build and run a server with its data in ./.data
+run: build
+	bin/kplane server --data-dir $(DATA_DIR)
+
+## test: the whole suite (unit + end-to-end against bin/kplane)
+test: build
+	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./...
+
+## test-unit: unit tests only
+test-unit:
+	$(GO) test -p 2 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
+
+## test-e2e: end-to-end tests only
+test-e2e: build
+	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m -v ./test/e2e/...
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin dist bench/*.json

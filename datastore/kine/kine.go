@@ -1,0 +1,118 @@
+// Package kine runs kine in-process: an etcd API served over a SQL
+// database (SQLite by default, PostgreSQL or MySQL), reachable only through
+// a unix socket in the data directory.
+package kine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/drivers/generic"
+	"github.com/k3s-io/kine/pkg/drivers/sqlite"
+	"github.com/k3s-io/kine/pkg/endpoint"
+	"github.com/k3s-io/kine/pkg/tls"
+)
+
+// Config configures one kine instance.
+type Config struct {
+	// Endpoint is a kine DSN (sqlite://path?…, postgres://…, mysql://…).
+	Endpoint string
+	// SocketDir holds kine.sock; the socket is mode 0600.
+	SocketDir string
+	// Client TLS towards the SQL backend.
+	CAFile, CertFile, KeyFile string
+	StartTimeout              time.Duration
+}
+
+// Kine is a running kine.
+type Kine struct {
+	// Endpoints is the etcd API to connect to.
+	Endpoints []string
+	wg        *sync.WaitGroup
+}
+
+// Wait blocks until kine has stopped (after its context is done) and its
+// database is closed.
+func (k *Kine) Wait() { k.wg.Wait() }
+
+// SQLiteEndpoint is the kine DSN for a SQLite file at path, with the
+// settings kine recommends: WAL journal (a committed write survives the
+// process being killed), immediate transactions, a generous busy timeout.
+func SQLiteEndpoint(path string) string {
+	return "sqlite://" + path + "?" + sqlite.DefaultParams
+}
+
+// maxSocketPath leaves room under the 108-byte sun_path limit.
+const maxSocketPath = 100
+
+// Listen starts kine and returns once it serves the etcd API.
+func Listen(ctx context.Context, cfg Config) (*Kine, error) {
+	if path, ok := sqlitePath(cfg.Endpoint); ok {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+		}
+	}
+	listener := "unix://" + filepath.Join(cfg.SocketDir, "kine.sock")
+	if len(listener) > maxSocketPath {
+		// A data dir too deep for a unix socket: fall back to loopback TCP.
+		listener = "tcp://127.0.0.1:0"
+	}
+	wg := &sync.WaitGroup{}
+	config := endpoint.Config{
+		Listener:             listener,
+		Endpoint:             cfg.Endpoint,
+		WaitGroup:            wg,
+		BackendTLSConfig:     tls.Config{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile},
+		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+		NotifyInterval:       5 * time.Second,
+		EmulatedETCDVersion:  "3.6.11",
+		CompactTimeout:       5 * time.Second,
+		CompactMinRetain:     1000,
+		CompactBatchSize:     1000,
+		PollBatchSize:        500,
+		PollInterval:         time.Second,
+	}
+
+	type result struct {
+		etcd endpoint.ETCDConfig
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		etcd, err := endpoint.Listen(ctx, config)
+		ch <- result{etcd, err}
+	}()
+	timeout := cfg.StartTimeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return &Kine{Endpoints: r.etcd.Endpoints, wg: wg}, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("not ready after %s", timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func sqlitePath(dsn string) (string, bool) {
+	const prefix = "sqlite://"
+	if len(dsn) <= len(prefix) || dsn[:len(prefix)] != prefix {
+		return "", false
+	}
+	path := dsn[len(prefix):]
+	for i := range path {
+		if path[i] == '?' {
+			return path[:i], true
+		}
+	}
+	return path, true
+}

@@ -1,0 +1,33 @@
+package planes
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+type planeKey struct{}
+
+// WithPlane returns a copy of ctx that carries the plane id. The routing
+// filter does this once per request; the storage layer refuses any call whose
+// context has no plane.
+func WithPlane(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, planeKey{}, id)
+}
+
+// FromContext returns the plane carried by ctx.
+func FromContext(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(planeKey{}).(string)
+	return id, ok && id != ""
+}
+
+// OfObject returns the plane recorded on a stored object, or "" when the
+// object carries no plane annotation.
+func OfObject(obj runtime.Object) string {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return accessor.GetAnnotations()[Annotation]
+}

@@ -1,0 +1,50 @@
+package planes
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Root is the plane served on the bare paths (no /clusters/<id>/control-plane
+// prefix). It is a plane like any other; it also holds the Plane and Fleet
+// objects that describe the others.
+const Root = "root"
+
+// Annotation is stamped by the storage layer on every object it writes. It is
+// how a cached object (which carries no storage key) is mapped back to its
+// plane. Clients cannot set, change or remove it: every write overwrites it.
+const Annotation = "kplane.dev/plane"
+
+// MaxIDLength is the longest plane id: a DNS-1123 label.
+const MaxIDLength = validation.DNS1123LabelMaxLength
+
+// ValidateID returns nil when id is a valid plane id (a DNS-1123 label: lower
+// case alphanumerics and '-', starting and ending with an alphanumeric, at most
+// 63 characters), and an error that says why not otherwise.
+func ValidateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("plane id must not be empty")
+	}
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return fmt.Errorf("invalid plane id %q: %s", truncate(id, 80), strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Path returns the URL path prefix that serves plane id: "" for the root
+// plane, /clusters/<id>/control-plane otherwise.
+func Path(id string) string {
+	if id == Root {
+		return ""
+	}
+	return "/clusters/" + id + "/control-plane"
+}

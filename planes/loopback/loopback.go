@@ -1,0 +1,46 @@
+// Package loopback builds in-process clients of the apiserver that address
+// a plane: either a fixed one, or the plane carried by each call's context
+// (for upstream components that receive the request context and call back
+// into the API, such as pod eviction reading PodDisruptionBudgets).
+package loopback
+
+import (
+	"fmt"
+	"net/http"
+
+	restclient "k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes"
+)
+
+// ForPlane returns a copy of config whose requests go to plane.
+func ForPlane(config *restclient.Config, plane string) *restclient.Config {
+	c := restclient.CopyConfig(config)
+	c.Host += planes.Path(plane)
+	return c
+}
+
+// Routed returns a copy of config that sends each request to the plane in
+// the request's context and refuses requests whose context has none, so an
+// upstream component can never reach the wrong plane by accident.
+func Routed(config *restclient.Config) *restclient.Config {
+	c := restclient.CopyConfig(config)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &router{next: rt} })
+	return c
+}
+
+type router struct{ next http.RoundTripper }
+
+func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
+	plane, ok := planes.FromContext(req.Context())
+	if !ok {
+		return nil, fmt.Errorf("loopback request %s %s without a plane refused", req.Method, req.URL.Path)
+	}
+	if plane == planes.Root {
+		return r.next.RoundTrip(req)
+	}
+	routed := req.Clone(req.Context())
+	routed.URL.Path = planes.Path(plane) + req.URL.Path
+	routed.URL.RawPath = ""
+	return r.next.RoundTrip(routed)
+}

@@ -1,0 +1,32 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"kplane.dev/kplane/planes"
+)
+
+// scopeKey inserts plane right after resourcePrefix in key. Keys handed to
+// storage by the generic registry always start with the resource prefix
+// ("/pods", "/pods/<ns>", "/pods/<ns>/<name>").
+func scopeKey(resourcePrefix, plane, key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, resourcePrefix)
+	if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
+		return "", fmt.Errorf("storage key %q is outside resource prefix %q", key, resourcePrefix)
+	}
+	return resourcePrefix + "/" + plane + rest, nil
+}
+
+// planeOf returns the plane of ctx or an error that refuses the call: a
+// storage call without a plane never falls back to a global key.
+func planeOf(ctx context.Context, resourcePrefix string) (string, error) {
+	plane, ok := planes.FromContext(ctx)
+	if !ok {
+		return "", apierrors.NewInternalError(fmt.Errorf("storage call for %s without a plane refused", resourcePrefix))
+	}
+	return plane, nil
+}

@@ -1,0 +1,146 @@
+package storage
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+
+	"kplane.dev/kplane/planes"
+)
+
+// Store is the plane-scoped storage.Interface of one resource. It is shared by
+// every plane; the plane of each call comes from its context.
+type Store struct {
+	storage.Interface
+	resource       schema.GroupResource
+	resourcePrefix string
+	newFunc        func() runtime.Object
+	newListFunc    func() runtime.Object
+}
+
+var _ storage.Interface = &Store{}
+
+// Resource is the group/resource this storage serves.
+func (s *Store) Resource() schema.GroupResource { return s.resource }
+
+// ResourcePrefix is the storage prefix of the resource ("/pods").
+func (s *Store) ResourcePrefix() string { return s.resourcePrefix }
+
+// NewList returns an empty list object of the resource's internal type.
+func (s *Store) NewList() runtime.Object { return s.newListFunc() }
+
+func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
+	plane, err := planeOf(ctx, s.resourcePrefix)
+	if err != nil {
+		return "", "", err
+	}
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	return plane, scoped, err
+}
+
+// Create implements storage.Interface.
+func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	plane, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := stamp(obj, plane); err != nil {
+		return err
+	}
+	return s.Interface.Create(ctx, scoped, obj, out, ttl)
+}
+
+// Delete implements storage.Interface.
+func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	_, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Delete(ctx, scoped, out, preconditions, validateDeletion, cachedExistingObject, opts)
+}
+
+// Watch implements storage.Interface. The predicate is narrowed to the plane
+// so that the shared cacher dispatches only this plane's events to it.
+func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	plane, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	opts.Predicate = planePredicate(opts.Predicate, plane)
+	return s.Interface.Watch(ctx, scoped, opts)
+}
+
+// Get implements storage.Interface.
+func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	_, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Get(ctx, scoped, opts, objPtr)
+}
+
+// GetList implements storage.Interface.
+func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	_, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.Interface.GetList(ctx, scoped, opts, listObj)
+}
+
+// GuaranteedUpdate implements storage.Interface.
+func (s *Store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
+	plane, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return err
+	}
+	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		out, ttl, err := tryUpdate(input, res)
+		if err != nil {
+			return out, ttl, err
+		}
+		return out, ttl, stamp(out, plane)
+	}
+	return s.Interface.GuaranteedUpdate(ctx, scoped, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
+}
+
+// stamp records plane on obj, replacing whatever a client put there.
+func stamp(obj runtime.Object, plane string) error {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	annotations := accessor.GetAnnotations()
+	if annotations[planes.Annotation] == plane {
+		return nil
+	}
+	// Copy: the map may be shared with an object the caller still holds.
+	stamped := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		stamped[k] = v
+	}
+	stamped[planes.Annotation] = plane
+	accessor.SetAnnotations(stamped)
+	return nil
+}
+
+func planePredicate(p storage.SelectionPredicate, plane string) storage.SelectionPredicate {
+	onPlane := fields.OneTermEqualSelector(PlaneField, plane)
+	if p.Field == nil || p.Field.Empty() {
+		p.Field = onPlane
+	} else {
+		p.Field = fields.AndSelectors(p.Field, onPlane)
+	}
+	p.IndexFields = append([]string{PlaneField}, p.IndexFields...)
+	if p.GetAttrs != nil {
+		p.GetAttrs = withPlaneField(p.GetAttrs)
+	}
+	return p
+}

@@ -1,0 +1,83 @@
+package apiserver
+
+import (
+	"net/http"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	authzpath "k8s.io/apiserver/pkg/authorization/path"
+	"k8s.io/apiserver/pkg/authorization/union"
+
+	"kplane.dev/kplane/planes"
+)
+
+// publicPaths answer without credentials, on the root plane only: health
+// and version for probes and load balancers, kplane's own API contract for
+// SDK generators. Nothing that reads or writes plane state is public, and a
+// probe of another plane's path never tells whether that plane exists.
+var publicPaths = []string{
+	"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/version",
+	"/openapi/kplane.yaml", "/openapi/kplane.json",
+}
+
+func isPublicPath(path string) bool {
+	for _, p := range publicPaths {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(path, prefix) {
+				return true
+			}
+		} else if path == p {
+			return true
+		}
+	}
+	return false
+}
+
+// anonymousPublic authenticates requests that carry no credentials as
+// system:anonymous when, and only when, they ask for a public path of the
+// root plane. Every other request without credentials gets 401.
+type anonymousPublic struct {
+	delegate authenticator.Request
+}
+
+func (a anonymousPublic) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	resp, ok, err := a.delegate.AuthenticateRequest(req)
+	if ok || err != nil || hasCredentials(req) {
+		return resp, ok, err
+	}
+	if plane, _ := planes.FromContext(req.Context()); plane != planes.Root || !isPublicPath(req.URL.Path) {
+		return resp, ok, err
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{
+		Name:   user.Anonymous,
+		Groups: []string{user.AllUnauthenticated},
+	}}, true, nil
+}
+
+// hasCredentials: a request that presents credentials and fails
+// authentication is refused even on a public path, as upstream does.
+func hasCredentials(req *http.Request) bool {
+	return req.Header.Get("Authorization") != "" || (req.TLS != nil && len(req.TLS.PeerCertificates) > 0)
+}
+
+// newAuthorizer returns the server's authorizer: members of system:masters
+// (the admin credential and the loopback client) may do anything in every
+// plane; everyone may read the public paths; everything else is decided by
+// the plane's own authorization.
+func newAuthorizer(plane authorizer.Authorizer) (authorizer.Authorizer, error) {
+	public, err := authzpath.NewAuthorizer(publicPaths)
+	if err != nil {
+		return nil, err
+	}
+	chain := []union.NamedAuthorizer{
+		{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+		{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
+	}
+	if plane != nil {
+		chain = append(chain, union.NamedAuthorizer{AuthorizerName: "kplane.dev/plane", Authorizer: plane})
+	}
+	return union.New(chain...)
+}

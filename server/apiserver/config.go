@@ -1,0 +1,246 @@
+package apiserver
+
+import (
+	"context"
+	"crypto"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+	"k8s.io/kubernetes/plugin/pkg/admission/certificates/approval"
+	"k8s.io/kubernetes/plugin/pkg/admission/certificates/ctbattest"
+	"k8s.io/kubernetes/plugin/pkg/admission/certificates/signing"
+	"k8s.io/kubernetes/plugin/pkg/admission/certificates/subjectrestriction"
+	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
+
+	"kplane.dev/kplane/planes/admission"
+	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/routing"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Config is everything the multi-plane apiserver needs from the process
+// around it: where to listen, which certificates and credentials to use and
+// where the datastore is. The server package fills it in.
+type Config struct {
+	BindAddress net.IP
+	Port        int
+	// ExternalURL is how clients reach the server (https://host:port); it is
+	// the base of every plane's service-account issuer.
+	ExternalURL string
+
+	ServingCertFile string
+	ServingKeyFile  string
+	// ClientCAFile verifies client certificates (the kplane CA).
+	ClientCAFile string
+	// TokenFile is a kube-apiserver static token file (token,user,uid,"groups").
+	TokenFile string
+	// ServiceAccountKey signs service-account tokens.
+	ServiceAccountKey crypto.Signer
+
+	Etcd EtcdConfig
+
+	ServiceClusterIPRange net.IPNet
+	NodePortRange         utilnet.PortRange
+
+	MaxRequestsInFlight         int
+	MaxMutatingRequestsInFlight int
+}
+
+// EtcdConfig says how to reach the etcd API of the datastore.
+type EtcdConfig struct {
+	Endpoints []string
+	CAFile    string
+	CertFile  string
+	KeyFile   string
+}
+
+// CompletedConfig is a Config with the upstream apiserver configuration
+// built from it.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+type completedConfig struct {
+	config       *Config
+	controlPlane controlplaneapiserver.CompletedConfig
+	options      cpoptions.CompletedOptions
+	storage      *planestorage.RESTOptionsGetter
+	namespaces   *admission.LateNamespaceGetter
+	boot         *lateBootstrapper
+}
+
+// Complete builds the upstream configuration. It touches no network and no
+// datastore.
+func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
+	namespaces := &admission.LateNamespaceGetter{}
+	opts, err := c.upstreamOptions(namespaces)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	completed, err := opts.Complete(ctx, nil, nil)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("completing apiserver options: %w", err)
+	}
+	completed.ServiceAccountIssuer = newPlaneTokenGenerator(c.ExternalURL, c.ServiceAccountKey)
+
+	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
+		completed,
+		[]*runtime.Scheme{legacyscheme.Scheme},
+		resourceConfig(),
+		generatedopenapi.GetOpenAPIDefinitions,
+		nil,
+	)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
+	}
+
+	planeStorage := planestorage.NewRESTOptionsGetter(genericConfig.RESTOptionsGetter)
+	genericConfig.RESTOptionsGetter = planeStorage
+	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: genericConfig.Authentication.Authenticator}
+	if genericConfig.Authorization.Authorizer, err = newAuthorizer(nil); err != nil {
+		return CompletedConfig{}, err
+	}
+	boot := &lateBootstrapper{}
+	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
+		handler := bootstrap.WithBootstrap(apiHandler, boot, gc.Serializer)
+		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
+		return routing.WithRouting(handler, gc.Serializer)
+	}
+	// Hooks that assume one cluster and have no plane-scoped equivalent.
+	genericConfig.DisabledPostStartHooks.Insert(
+		"start-kube-apiserver-identity-lease-garbage-collector",
+		"start-legacy-token-tracking-controller",
+	)
+
+	controlPlane, _, err := controlplaneapiserver.CreateConfig(completed, genericConfig, informers, nil, storageFactory,
+		webhook.NewDefaultServiceResolver(), nil)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("building control plane config: %w", err)
+	}
+
+	return CompletedConfig{&completedConfig{
+		config:       c,
+		controlPlane: controlPlane.Complete(),
+		options:      completed,
+		storage:      planeStorage,
+		namespaces:   namespaces,
+		boot:         boot,
+	}}, nil
+}
+
+// upstreamOptions translates Config into the options kube-apiserver's
+// generic control plane is built from.
+func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter) (*cpoptions.Options, error) {
+	o := cpoptions.NewOptions()
+
+	o.SecureServing.BindAddress = c.BindAddress
+	o.SecureServing.BindPort = c.Port
+	o.SecureServing.ServerCert.CertKey.CertFile = c.ServingCertFile
+	o.SecureServing.ServerCert.CertKey.KeyFile = c.ServingKeyFile
+	o.GenericServerRunOptions.AdvertiseAddress = advertiseAddress(c.BindAddress)
+	o.Features.EnablePriorityAndFairness = false
+	if c.MaxRequestsInFlight > 0 {
+		o.GenericServerRunOptions.MaxRequestsInFlight = c.MaxRequestsInFlight
+	}
+	if c.MaxMutatingRequestsInFlight > 0 {
+		o.GenericServerRunOptions.MaxMutatingRequestsInFlight = c.MaxMutatingRequestsInFlight
+	}
+	o.GenericServerRunOptions.ShutdownDelayDuration = 0
+	o.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = 5 * time.Second
+	o.Features.EnableProfiling = false
+
+	o.Etcd.StorageConfig.Transport.ServerList = c.Etcd.Endpoints
+	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile
+	o.Etcd.StorageConfig.Transport.CertFile = c.Etcd.CertFile
+	o.Etcd.StorageConfig.Transport.KeyFile = c.Etcd.KeyFile
+
+	o.Authentication.Anonymous.Allow = false
+	o.Authentication.ClientCert.ClientCA = c.ClientCAFile
+	o.Authentication.TokenFile.TokenFile = c.TokenFile
+	o.Authentication.BootstrapToken.Enable = false
+	// Service-account tokens carry their plane in the issuer; the plane-aware
+	// authenticator verifies them, so no upstream key file is configured.
+	o.Authentication.ServiceAccounts.Issuers = []string{c.ExternalURL}
+	o.Authentication.ServiceAccounts.Lookup = false
+	o.Authentication.ServiceAccounts.KeyFiles = nil
+	o.Authorization.Modes = []string{"AlwaysAllow"}
+
+	// Admission: only plugins that are plane-safe as is, plus kplane's
+	// plane-aware NamespaceLifecycle. Plugins that read cluster state
+	// through informers would see the root plane only.
+	lifecycle := admission.NewNamespaceLifecycle(namespaces)
+	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, lifecycle.Factory())
+	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
+		admission.NamespaceLifecyclePluginName,
+		defaulttolerationseconds.PluginName,
+		approval.PluginName,
+		signing.PluginName,
+		ctbattest.PluginName,
+		subjectrestriction.PluginName,
+	}
+	o.Admission.GenericAdmission.DefaultOffPlugins = nil
+	o.Admission.GenericAdmission.EnablePlugins = nil
+	o.Admission.GenericAdmission.DisablePlugins = nil
+	return o, nil
+}
+
+func advertiseAddress(bind net.IP) net.IP {
+	if bind == nil || bind.IsUnspecified() {
+		return nil
+	}
+	return bind
+}
+
+// New builds the server: the upstream generic control plane with every
+// API group installed on plane-scoped storage.
+func (c CompletedConfig) New() (*Server, error) {
+	notFound := notfoundhandler.New(c.controlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	server, err := c.controlPlane.New("kplane", genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
+	if err != nil {
+		return nil, fmt.Errorf("creating apiserver: %w", err)
+	}
+
+	loopbackConfig := server.GenericAPIServer.LoopbackClientConfig
+	core := &coreProvider{
+		generic:    c.controlPlane.NewCoreGenericConfig(),
+		loopback:   loopback.Routed(loopbackConfig),
+		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
+		services: servicesConfig(c.config),
+	}
+	providers, err := storageProviders(c.controlPlane, core)
+	if err != nil {
+		return nil, err
+	}
+	if err := server.InstallAPIs(providers...); err != nil {
+		return nil, fmt.Errorf("installing APIs: %w", err)
+	}
+
+	namespaces := namespaceGetter{core.registries.Namespaces}
+	c.namespaces.Set(namespaces)
+	boot := bootstrap.New(core.registries.Namespaces)
+	c.boot.set(boot)
+
+	s := &Server{
+		GenericAPIServer: server.GenericAPIServer,
+		Bootstrapper:     boot,
+		Storage:          c.storage,
+		Core:             core.registries,
+	}
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
+		return boot.Ensure(ctx, "root")
+	})
+	return s, nil
+}

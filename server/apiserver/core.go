@@ -1,0 +1,199 @@
+package apiserver
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	policyclient "k8s.io/client-go/kubernetes/typed/policy/v1"
+	restclient "k8s.io/client-go/rest"
+	kubeletclient "k8s.io/kubernetes/pkg/kubelet/client"
+	endpointsstore "k8s.io/kubernetes/pkg/registry/core/endpoint/storage"
+	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
+	nodestore "k8s.io/kubernetes/pkg/registry/core/node/storage"
+	pvstore "k8s.io/kubernetes/pkg/registry/core/persistentvolume/storage"
+	pvcstore "k8s.io/kubernetes/pkg/registry/core/persistentvolumeclaim/storage"
+	podstore "k8s.io/kubernetes/pkg/registry/core/pod/storage"
+	podtemplatestore "k8s.io/kubernetes/pkg/registry/core/podtemplate/storage"
+	controllerstore "k8s.io/kubernetes/pkg/registry/core/replicationcontroller/storage"
+	corerest "k8s.io/kubernetes/pkg/registry/core/rest"
+	serviceaccountstore "k8s.io/kubernetes/pkg/registry/core/serviceaccount/storage"
+
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"kplane.dev/kplane/planes/services"
+)
+
+// coreProvider serves the legacy core group ("/api/v1") in every plane. It
+// is the upstream core provider minus what cannot be plane-scoped as is:
+// Services get plane-scoped address allocation, the kubelet subresources
+// answer a clear error, and the upstream repair loops (which assume one
+// cluster) are not run.
+type coreProvider struct {
+	generic *corerest.GenericConfig
+	// loopback routes each call to the plane of its context.
+	loopback   *restclient.Config
+	authorizer authorizer.Authorizer
+	services   services.Config
+
+	// set by NewRESTStorage for the plane glue that needs the registries.
+	registries *CoreRegistries
+}
+
+// CoreRegistries exposes the core registries other plane glue writes
+// through (bootstrap, admission).
+type CoreRegistries struct {
+	Namespaces NamespaceRegistry
+	Services   *services.REST
+}
+
+// NamespaceRegistry is what the plane glue needs of the namespace registry.
+type NamespaceRegistry interface {
+	rest.Getter
+	rest.Creater
+	rest.Lister
+}
+
+var _ interface {
+	GroupName() string
+	NewRESTStorage(serverstorage.APIResourceConfigSource, generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error)
+} = &coreProvider{}
+
+func (p *coreProvider) GroupName() string { return corev1.GroupName }
+
+func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigSource, optsGetter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
+	info, err := p.generic.NewRESTStorage(resources, optsGetter)
+	if err != nil {
+		return info, err
+	}
+	storage := info.VersionedResourcesStorageMap["v1"]
+	if storage == nil {
+		storage = map[string]rest.Storage{}
+	}
+	enabled := func(resource string) bool {
+		return resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource(resource))
+	}
+
+	pdbClient, err := policyclient.NewForConfig(p.loopback)
+	if err != nil {
+		return info, err
+	}
+	webhookClient, err := admissionregistrationv1client.NewForConfig(p.loopback)
+	if err != nil {
+		return info, err
+	}
+
+	nodes, err := nodestore.NewStorage(optsGetter, kubeletclient.KubeletClientConfig{Port: 10250, HTTPTimeout: 5 * time.Second}, nil)
+	if err != nil {
+		return info, fmt.Errorf("nodes: %w", err)
+	}
+	pods, err := podstore.NewStorage(optsGetter, nodes.KubeletConnectionInfo, nil, pdbClient, p.authorizer)
+	if err != nil {
+		return info, fmt.Errorf("pods: %w", err)
+	}
+	p.services.Pods = pods.Pod
+	svc, svcStatus, err := services.NewREST(optsGetter, p.services)
+	if err != nil {
+		return info, fmt.Errorf("services: %w", err)
+	}
+
+	if enabled("pods") {
+		storage["pods"] = pods.Pod
+		storage["pods/status"] = pods.Status
+		storage["pods/binding"] = pods.Binding
+		storage["pods/eviction"] = pods.Eviction
+		storage["pods/ephemeralcontainers"] = pods.EphemeralContainers
+		if pods.Resize != nil {
+			storage["pods/resize"] = pods.Resize
+		}
+		storage["pods/log"] = noKubeletLog{pods.Log}
+		storage["pods/exec"] = noKubeletConnect{pods.Exec, "pods/exec"}
+		storage["pods/attach"] = noKubeletConnect{pods.Attach, "pods/attach"}
+		storage["pods/portforward"] = noKubeletConnect{pods.PortForward, "pods/portforward"}
+		storage["pods/proxy"] = noKubeletConnect{pods.Proxy, "pods/proxy"}
+	}
+	if enabled("bindings") {
+		storage["bindings"] = pods.LegacyBinding
+	}
+	if enabled("nodes") {
+		storage["nodes"] = nodes.Node
+		storage["nodes/status"] = nodes.Status
+		storage["nodes/proxy"] = noKubeletConnect{nodes.Proxy, "nodes/proxy"}
+	}
+	if enabled("services") {
+		storage["services"] = svc
+		storage["services/status"] = svcStatus
+	}
+
+	if enabled("podtemplates") {
+		if storage["podtemplates"], err = podtemplatestore.NewREST(optsGetter); err != nil {
+			return info, err
+		}
+	}
+	if enabled("limitranges") {
+		if storage["limitranges"], err = limitrangestore.NewREST(optsGetter); err != nil {
+			return info, err
+		}
+	}
+	if enabled("endpoints") {
+		if storage["endpoints"], err = endpointsstore.NewREST(optsGetter); err != nil {
+			return info, err
+		}
+	}
+	if enabled("persistentvolumes") {
+		pv, pvStatus, err := pvstore.NewREST(optsGetter)
+		if err != nil {
+			return info, err
+		}
+		storage["persistentvolumes"], storage["persistentvolumes/status"] = pv, pvStatus
+	}
+	if enabled("persistentvolumeclaims") {
+		pvc, pvcStatus, err := pvcstore.NewREST(optsGetter)
+		if err != nil {
+			return info, err
+		}
+		storage["persistentvolumeclaims"], storage["persistentvolumeclaims/status"] = pvc, pvcStatus
+	}
+	if enabled("replicationcontrollers") {
+		rc, err := controllerstore.NewStorage(optsGetter)
+		if err != nil {
+			return info, err
+		}
+		storage["replicationcontrollers"] = rc.Controller
+		storage["replicationcontrollers/status"] = rc.Status
+		storage["replicationcontrollers/scale"] = rc.Scale
+	}
+
+	// The generic core config serves service accounts without pod-bound
+	// tokens; replace it with the registry that knows pods and secrets, as
+	// kube-apiserver does.
+	if enabled("serviceaccounts") && p.generic.ServiceAccountIssuer != nil {
+		secrets, _ := storage["secrets"].(rest.Getter)
+		sa, err := serviceaccountstore.NewREST(optsGetter, p.generic.ServiceAccountIssuer, p.generic.APIAudiences, p.authorizer,
+			p.generic.ServiceAccountMaxExpiration, pods.Pod.Store, secrets, nodes.Node.Store,
+			webhookClient.ValidatingWebhookConfigurations(), webhookClient.MutatingWebhookConfigurations(),
+			p.generic.ExtendExpiration, p.generic.MaxExtendedExpiration)
+		if err != nil {
+			return info, err
+		}
+		storage["serviceaccounts"].Destroy()
+		storage["serviceaccounts"] = sa
+		if sa.Token != nil {
+			storage["serviceaccounts/token"] = sa.Token
+		}
+	}
+
+	info.VersionedResourcesStorageMap["v1"] = storage
+
+	namespaces, ok := storage["namespaces"].(NamespaceRegistry)
+	if !ok {
+		return info, fmt.Errorf("namespaces registry is not served; every plane needs it")
+	}
+	p.registries = &CoreRegistries{Namespaces: namespaces, Services: svc}
+	return info, nil
+}

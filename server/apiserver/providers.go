@@ -1,0 +1,64 @@
+package apiserver
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	admissionregistrationrest "k8s.io/kubernetes/pkg/registry/admissionregistration/rest"
+	apiserverinternalrest "k8s.io/kubernetes/pkg/registry/apiserverinternal/rest"
+	appsrest "k8s.io/kubernetes/pkg/registry/apps/rest"
+	authenticationrest "k8s.io/kubernetes/pkg/registry/authentication/rest"
+	authorizationrest "k8s.io/kubernetes/pkg/registry/authorization/rest"
+	autoscalingrest "k8s.io/kubernetes/pkg/registry/autoscaling/rest"
+	batchrest "k8s.io/kubernetes/pkg/registry/batch/rest"
+	certificatesrest "k8s.io/kubernetes/pkg/registry/certificates/rest"
+	coordinationrest "k8s.io/kubernetes/pkg/registry/coordination/rest"
+	discoveryrest "k8s.io/kubernetes/pkg/registry/discovery/rest"
+	eventsrest "k8s.io/kubernetes/pkg/registry/events/rest"
+	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
+	noderest "k8s.io/kubernetes/pkg/registry/node/rest"
+	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
+	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
+	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
+	storagerest "k8s.io/kubernetes/pkg/registry/storage/rest"
+)
+
+// storageProviders lists the API groups every plane serves, in discovery
+// order (the same order as kube-apiserver). Left out: flowcontrol (priority
+// and fairness is a server-wide concern, configured once, not per tenant),
+// storage migration and resource (DRA needs a scheduler and kubelets), and
+// the aggregator's APIServices.
+func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
+	client, err := kubernetes.NewForConfig(c.Generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("loopback client: %w", err)
+	}
+	authz := c.Generic.Authorization.Authorizer
+	return []controlplaneapiserver.RESTStorageProvider{
+		core,
+		apiserverinternalrest.StorageProvider{},
+		authenticationrest.RESTStorageProvider{Authenticator: c.Generic.Authentication.Authenticator, APIAudiences: c.Generic.Authentication.APIAudiences},
+		authorizationrest.RESTStorageProvider{Authorizer: authz, RuleResolver: c.Generic.RuleResolver},
+		autoscalingrest.RESTStorageProvider{},
+		batchrest.RESTStorageProvider{},
+		certificatesrest.RESTStorageProvider{Authorizer: authz},
+		coordinationrest.RESTStorageProvider{},
+		discoveryrest.StorageProvider{},
+		networkingrest.RESTStorageProvider{},
+		noderest.RESTStorageProvider{},
+		policyrest.RESTStorageProvider{},
+		withoutPostStartHook{rbacrest.RESTStorageProvider{Authorizer: authz}},
+		withoutPostStartHook{schedulingrest.RESTStorageProvider{}},
+		storagerest.RESTStorageProvider{},
+		appsrest.StorageProvider{},
+		admissionregistrationrest.RESTStorageProvider{Authorizer: authz, DiscoveryClient: client.Discovery()},
+		eventsrest.RESTStorageProvider{TTL: c.EventTTL},
+	}, nil
+}
+
+// withoutPostStartHook installs a group without the upstream post-start
+// hook that seeds it for one cluster; kplane seeds every plane itself.
+type withoutPostStartHook struct {
+	controlplaneapiserver.RESTStorageProvider
+}

@@ -1,0 +1,35 @@
+package apiserver
+
+import (
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	flowcontrolv1beta1 "k8s.io/api/flowcontrol/v1beta1"
+	flowcontrolv1beta2 "k8s.io/api/flowcontrol/v1beta2"
+	flowcontrolv1beta3 "k8s.io/api/flowcontrol/v1beta3"
+	resourcev1 "k8s.io/api/resource/v1"
+	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
+	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
+	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	"k8s.io/kubernetes/pkg/controlplane"
+)
+
+// notServed are the API groups kube-apiserver serves that a plane does not
+// (see storageProviders). Disabling them also keeps upstream components from
+// starting informers for them.
+var notServed = []schema.GroupVersion{
+	resourcev1.SchemeGroupVersion, resourcev1beta1.SchemeGroupVersion,
+	resourcev1beta2.SchemeGroupVersion, resourcev1alpha3.SchemeGroupVersion,
+	flowcontrolv1.SchemeGroupVersion, flowcontrolv1beta1.SchemeGroupVersion,
+	flowcontrolv1beta2.SchemeGroupVersion, flowcontrolv1beta3.SchemeGroupVersion,
+	storagemigrationv1beta1.SchemeGroupVersion,
+	{Group: "storagemigration.k8s.io", Version: "v1"},
+}
+
+// resourceConfig is kube-apiserver's default API surface minus notServed.
+func resourceConfig() *serverstorage.ResourceConfig {
+	c := controlplane.DefaultAPIResourceConfigSource()
+	c.DisableVersions(notServed...)
+	return c
+}

@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"crypto"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"kplane.dev/kplane/datastore"
+	"kplane.dev/kplane/datastore/etcd"
+	"kplane.dev/kplane/server/apiserver"
+	"kplane.dev/kplane/server/credentials"
+)
+
+// Config is Options resolved into concrete values.
+type Config struct {
+	Options        Options
+	DataDir        string
+	BindAddress    net.IP
+	ServiceCIDR    net.IPNet
+	NodePortRange  utilnet.PortRange
+	TLSDir         string
+	TokenFile      string
+	KubeconfigPath string
+	// ServerURL is how local clients reach the root plane.
+	ServerURL string
+}
+
+// Config validates the options and resolves them.
+func (o *Options) Config() (*Config, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	dataDir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	_, cidr, _ := net.ParseCIDR(o.ServiceCIDR)
+	ports, _ := utilnet.ParsePortRange(o.NodePortRange)
+	bind := net.ParseIP(o.BindAddress)
+	tokenFile := o.TokenFile
+	if tokenFile == "" {
+		tokenFile = filepath.Join(dataDir, "tokens.csv")
+	}
+	return &Config{
+		Options:        *o,
+		DataDir:        dataDir,
+		BindAddress:    bind,
+		ServiceCIDR:    *cidr,
+		NodePortRange:  *ports,
+		TLSDir:         filepath.Join(dataDir, "tls"),
+		TokenFile:      tokenFile,
+		KubeconfigPath: filepath.Join(dataDir, "admin.kubeconfig"),
+		ServerURL:      "https://" + net.JoinHostPort(clientHost(bind), strconv.Itoa(o.HTTPSPort)),
+	}, nil
+}
+
+// clientHost is the address a local client dials for bind.
+func clientHost(bind net.IP) string {
+	switch {
+	case bind.IsUnspecified() && bind.To4() == nil:
+		return "::1"
+	case bind.IsUnspecified():
+		return "127.0.0.1"
+	}
+	return bind.String()
+}
+
+// CompletedConfig is a Config whose credentials exist on disk.
+type CompletedConfig struct {
+	*Config
+	CA                *credentials.CA
+	AdminToken        string
+	ServiceAccountKey crypto.Signer
+	EtcdTLS           etcd.TLS
+}
+
+// Complete creates the data directory and the credentials (first start) or
+// loads them (later starts), and writes the admin kubeconfig.
+func (c *Config) Complete() (CompletedConfig, error) {
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return CompletedConfig{}, fmt.Errorf("creating data dir: %w", err)
+	}
+	ca, err := credentials.EnsureCA(c.TLSDir)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	if err := ca.Ensure(c.servingCert(), c.servingKey(), credentials.Leaf{
+		CommonName: "kplane", Server: true, DNSNames: c.dnsSANs(), IPs: c.ipSANs(),
+	}); err != nil {
+		return CompletedConfig{}, fmt.Errorf("serving certificate: %w", err)
+	}
+	etcdTLS := etcd.TLS{
+		CAFile:         ca.CertFile,
+		ServerCertFile: filepath.Join(c.TLSDir, "etcd-server.crt"), ServerKeyFile: filepath.Join(c.TLSDir, "etcd-server.key"),
+		ClientCertFile: filepath.Join(c.TLSDir, "etcd-client.crt"), ClientKeyFile: filepath.Join(c.TLSDir, "etcd-client.key"),
+	}
+	if kind, _ := datastore.KindOf(c.Options.DatastoreEndpoint); kind == datastore.EmbeddedEtcd {
+		if err := ca.Ensure(etcdTLS.ServerCertFile, etcdTLS.ServerKeyFile, credentials.Leaf{
+			CommonName: "kplane-etcd", Server: true, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")},
+		}); err != nil {
+			return CompletedConfig{}, fmt.Errorf("etcd certificate: %w", err)
+		}
+		if err := ca.Ensure(etcdTLS.ClientCertFile, etcdTLS.ClientKeyFile, credentials.Leaf{CommonName: "kplane-apiserver", Client: true}); err != nil {
+			return CompletedConfig{}, fmt.Errorf("etcd client certificate: %w", err)
+		}
+	}
+	saKey, err := credentials.EnsureSigningKey(filepath.Join(c.TLSDir, "service-account.key"))
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("service-account key: %w", err)
+	}
+	token, err := credentials.EnsureTokenFile(c.TokenFile)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	if err := credentials.WriteKubeconfig(c.KubeconfigPath, credentials.Kubeconfig("kplane", c.ServerURL, ca.PEM, token)); err != nil {
+		return CompletedConfig{}, fmt.Errorf("writing %s: %w", c.KubeconfigPath, err)
+	}
+	return CompletedConfig{Config: c, CA: ca, AdminToken: token, ServiceAccountKey: saKey, EtcdTLS: etcdTLS}, nil
+}
+
+func (c *Config) servingCert() string { return filepath.Join(c.TLSDir, "serving.crt") }
+func (c *Config) servingKey() string  { return filepath.Join(c.TLSDir, "serving.key") }
+
+func (c *Config) dnsSANs() []string {
+	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		names = append(names, host)
+	}
+	for _, san := range c.Options.TLSSANs {
+		if net.ParseIP(san) == nil {
+			names = append(names, san)
+		}
+	}
+	return names
+}
+
+func (c *Config) ipSANs() []net.IP {
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	if !c.BindAddress.IsUnspecified() && !c.BindAddress.IsLoopback() {
+		ips = append(ips, c.BindAddress)
+	}
+	for _, san := range c.Options.TLSSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
+// New starts the datastore and builds the apiserver on it. Nothing is
+// served until Run.
+func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
+	store, err := datastore.Listen(ctx, datastore.Config{
+		Endpoint:    c.Options.DatastoreEndpoint,
+		DataDir:     c.DataDir,
+		CAFile:      c.Options.DatastoreCAFile,
+		CertFile:    c.Options.DatastoreCertFile,
+		KeyFile:     c.Options.DatastoreKeyFile,
+		EmbeddedTLS: c.EtcdTLS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	apiConfig := &apiserver.Config{
+		BindAddress:       c.BindAddress,
+		Port:              c.Options.HTTPSPort,
+		ExternalURL:       c.ServerURL,
+		ServingCertFile:   c.servingCert(),
+		ServingKeyFile:    c.servingKey(),
+		ClientCAFile:      c.CA.CertFile,
+		TokenFile:         c.TokenFile,
+		ServiceAccountKey: c.ServiceAccountKey,
+		Etcd: apiserver.EtcdConfig{
+			Endpoints: store.Endpoints, CAFile: store.CAFile, CertFile: store.CertFile, KeyFile: store.KeyFile,
+		},
+		ServiceClusterIPRange:       c.ServiceCIDR,
+		NodePortRange:               c.NodePortRange,
+		MaxRequestsInFlight:         c.Options.MaxRequestsInFlight,
+		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
+	}
+	completed, err := apiConfig.Complete(ctx)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	api, err := completed.New()
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &Server{config: c, datastore: store, api: api}, nil
+}

@@ -1,0 +1,246 @@
+package credentials
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"k8s.io/client-go/util/keyutil"
+)
+
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 365 * 24 * time.Hour
+	// renewBefore: a leaf certificate this close to expiry is reissued at start.
+	renewBefore = 30 * 24 * time.Hour
+)
+
+// CA is the kplane certificate authority.
+type CA struct {
+	Cert     *x509.Certificate
+	Key      crypto.Signer
+	CertFile string
+	KeyFile  string
+	// PEM is the CA certificate, to embed in kubeconfigs.
+	PEM []byte
+}
+
+// EnsureCA loads the CA from dir, creating it on first use.
+func EnsureCA(dir string) (*CA, error) {
+	certFile, keyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if certPEM, err := os.ReadFile(certFile); err == nil {
+		cert, key, err := load(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading CA: %w", err)
+		}
+		return &CA{Cert: cert, Key: key, CertFile: certFile, KeyFile: keyFile, PEM: certPEM}, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("kplane-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := writeKeyPair(certFile, keyFile, certPEM, key); err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, CertFile: certFile, KeyFile: keyFile, PEM: certPEM}, nil
+}
+
+// Leaf describes a certificate the CA issues.
+type Leaf struct {
+	CommonName   string
+	Organization []string
+	DNSNames     []string
+	IPs          []net.IP
+	Server       bool
+	Client       bool
+}
+
+// Ensure issues certFile/keyFile for leaf unless a valid certificate signed
+// by this CA with at least the requested names already exists.
+func (ca *CA) Ensure(certFile, keyFile string, leaf Leaf) error {
+	if cert, _, err := load(certFile, keyFile); err == nil && ca.covers(cert, leaf) {
+		return nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organization},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		DNSNames:     leaf.DNSNames,
+		IPAddresses:  leaf.IPs,
+	}
+	if leaf.Server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if leaf.Client {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return err
+	}
+	return writeKeyPair(certFile, keyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
+}
+
+func (ca *CA) covers(cert *x509.Certificate, leaf Leaf) bool {
+	if cert.CheckSignatureFrom(ca.Cert) != nil || time.Until(cert.NotAfter) < renewBefore {
+		return false
+	}
+	if cert.Subject.CommonName != leaf.CommonName || !slices.Equal(cert.Subject.Organization, leaf.Organization) {
+		return false
+	}
+	for _, name := range leaf.DNSNames {
+		if !slices.Contains(cert.DNSNames, name) {
+			return false
+		}
+	}
+	for _, ip := range leaf.IPs {
+		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+// EnsureSigningKey loads the private key at path, creating it on first use.
+func EnsureSigningKey(path string) (crypto.Signer, error) {
+	if data, err := os.ReadFile(path); err == nil {
+		key, err := keyutil.ParsePrivateKeyPEM(data)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %s: %w", path, err)
+		}
+		signer, ok := key.(crypto.Signer)
+		if !ok {
+			return nil, fmt.Errorf("%s: not a signing key", path)
+		}
+		return signer, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	return key, writeFile(path, keyPEM, 0o600)
+}
+
+func load(certFile, keyFile string) (*x509.Certificate, crypto.Signer, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return nil, nil, fmt.Errorf("%s: no PEM certificate", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", certFile, err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", keyFile, err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: not a signing key", keyFile)
+	}
+	return cert, signer, nil
+}
+
+func writeKeyPair(certFile, keyFile string, certPEM []byte, key *ecdsa.PrivateKey) error {
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(keyFile, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeFile(certFile, certPEM, 0o644)
+}
+
+// writeFile writes atomically: a crash never leaves a half-written file.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func randomSerial() (*big.Int, error) {
+	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+}
+
+// sameBytes reports whether path already holds data.
+func sameBytes(path string, data []byte) bool {
+	existing, err := os.ReadFile(path)
+	return err == nil && bytes.Equal(existing, data)
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"kplane.dev/kplane/datastore"
+)
+
+// Options are the user-facing settings of `kplane server`; every one is a
+// flag and a KPLANE_* environment variable.
+type Options struct {
+	DataDir     string
+	BindAddress string
+	HTTPSPort   int
+	TLSSANs     []string
+	TokenFile   string
+
+	DatastoreEndpoint string
+	DatastoreCAFile   string
+	DatastoreCertFile string
+	DatastoreKeyFile  string
+
+	ServiceCIDR   string
+	NodePortRange string
+
+	MaxRequestsInFlight         int
+	MaxMutatingRequestsInFlight int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		DataDir:                     DefaultDataDir(),
+		BindAddress:                 "127.0.0.1",
+		HTTPSPort:                   6443,
+		ServiceCIDR:                 "10.96.0.0/16",
+		NodePortRange:               "30000-32767",
+		MaxRequestsInFlight:         800,
+		MaxMutatingRequestsInFlight: 400,
+	}
+}
+
+// DefaultDataDir is /var/lib/kplane for root and ~/.local/share/kplane
+// otherwise.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/kplane"
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "kplane")
+	}
+	return "kplane-data"
+}
+
+// Validate checks the options without touching anything.
+func (o *Options) Validate() error {
+	var errs []string
+	if o.DataDir == "" {
+		errs = append(errs, "--data-dir must not be empty")
+	}
+	if net.ParseIP(o.BindAddress) == nil {
+		errs = append(errs, fmt.Sprintf("--bind-address %q is not an IP address", o.BindAddress))
+	}
+	if o.HTTPSPort < 0 || o.HTTPSPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--https-port %d is out of range", o.HTTPSPort))
+	}
+	if _, _, err := net.ParseCIDR(o.ServiceCIDR); err != nil {
+		errs = append(errs, fmt.Sprintf("--service-cidr %q: %v", o.ServiceCIDR, err))
+	}
+	if _, err := utilnet.ParsePortRange(o.NodePortRange); err != nil {
+		errs = append(errs, fmt.Sprintf("--service-node-port-range %q: %v", o.NodePortRange, err))
+	}
+	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
+		errs = append(errs, err.Error())
+	}
+	for _, san := range o.TLSSANs {
+		if strings.TrimSpace(san) == "" || strings.ContainsAny(san, " /") {
+			errs = append(errs, fmt.Sprintf("--tls-san %q is neither a host name nor an IP address", san))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}

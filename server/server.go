@@ -1,0 +1,38 @@
+package server
+
+import (
+	"context"
+
+	"github.com/sirupsen/logrus"
+
+	"kplane.dev/kplane/datastore"
+	"kplane.dev/kplane/server/apiserver"
+)
+
+// Server is a running kplane.
+type Server struct {
+	config    CompletedConfig
+	datastore *datastore.Datastore
+	api       *apiserver.Server
+}
+
+// Datastore describes the datastore in use.
+func (s *Server) Datastore() *datastore.Datastore { return s.datastore }
+
+// Run serves until ctx is done. Shutdown is graceful: the apiserver stops
+// accepting requests and finishes in-flight ones, then the datastore is
+// closed.
+func (s *Server) Run(ctx context.Context) error {
+	logrus.WithFields(logrus.Fields{
+		"url":        s.config.ServerURL,
+		"datastore":  s.datastore.Description,
+		"kubeconfig": s.config.KubeconfigPath,
+	}).Info("kplane is starting")
+	err := s.api.Run(ctx)
+	s.datastore.Close()
+	if err != nil {
+		return err
+	}
+	logrus.Info("kplane stopped")
+	return nil
+}

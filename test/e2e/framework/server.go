@@ -1,0 +1,371 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Binary is the kplane binary under test ($KPLANE_BINARY, built by make).
+func Binary() (string, error) {
+	if b := os.Getenv("KPLANE_BINARY"); b != "" {
+		return b, nil
+	}
+	return "", fmt.Errorf("KPLANE_BINARY is not set; run the e2e tests through 'make test'")
+}
+
+// Server is one running kplane process.
+type Server struct {
+	DataDir string
+	Port    int
+	Args    []string
+	URL     string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logPath string
+	logFile *os.File
+	ca      []byte
+	token   string
+}
+
+// Options configure StartServer.
+type Options struct {
+	// DataDir reuses a data directory (restart); default: a new temp dir.
+	DataDir string
+	// Port reuses a port (restart); default: a free port.
+	Port int
+	// Args are extra `kplane server` flags.
+	Args []string
+}
+
+// StartServer starts kplane and waits until /readyz answers ok. The server
+// is stopped when tb ends.
+func StartServer(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := Start(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			s.DumpLog(tb, 60)
+		}
+		s.Stop()
+	})
+	return s
+}
+
+// Start starts kplane without a testing.TB (for TestMain).
+func Start(opts Options) (*Server, error) {
+	dir := opts.DataDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "kplane-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	port := opts.Port
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port)}
+	if err := s.start(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func (s *Server) start() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	s.logPath = filepath.Join(s.DataDir, "server.log")
+	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"server", "--data-dir", s.DataDir, "--bind-address", "127.0.0.1",
+		"--https-port", strconv.Itoa(s.Port)}, s.Args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The server must not outlive the test binary, whatever happens to it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited, s.logFile = cmd, exited, logFile
+	s.mu.Unlock()
+	if err := s.WaitReady(90 * time.Second); err != nil {
+		return fmt.Errorf("%w\n--- server log ---\n%s", err, s.tail(40))
+	}
+	return nil
+}
+
+// WaitReady polls /readyz until it answers ok.
+func (s *Server) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exitedCh():
+			return fmt.Errorf("kplane exited before becoming ready")
+		default:
+		}
+		if s.ca == nil {
+			s.loadCredentials()
+		}
+		if s.ca != nil {
+			resp, err := s.HTTPClient().Get(s.URL + "/readyz")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 && strings.TrimSpace(string(body)) == "ok" {
+					return nil
+				}
+				last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			} else {
+				last = err.Error()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kplane not ready after %s: %s", timeout, last)
+}
+
+func (s *Server) exitedCh() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exited
+}
+
+func (s *Server) loadCredentials() {
+	cfg, err := clientcmd.LoadFromFile(s.KubeconfigPath())
+	if err != nil {
+		return
+	}
+	for _, c := range cfg.Clusters {
+		s.ca = c.CertificateAuthorityData
+	}
+	for _, a := range cfg.AuthInfos {
+		s.token = a.Token
+	}
+}
+
+// KubeconfigPath is the admin kubeconfig the server wrote.
+func (s *Server) KubeconfigPath() string { return filepath.Join(s.DataDir, "admin.kubeconfig") }
+
+// AdminToken is the admin bearer token.
+func (s *Server) AdminToken() string { return s.token }
+
+// CAPEM is the server's CA certificate.
+func (s *Server) CAPEM() []byte { return s.ca }
+
+// HTTPClient trusts the server's CA and sends no credentials.
+func (s *Server) HTTPClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.ca)
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+}
+
+// PlaneURL is the base URL of plane ("root" for the bare paths).
+func (s *Server) PlaneURL(plane string) string {
+	if plane == "root" {
+		return s.URL
+	}
+	return s.URL + "/clusters/" + plane + "/control-plane"
+}
+
+// RESTConfig is an admin client config for plane.
+func (s *Server) RESTConfig(plane string) *rest.Config {
+	return &rest.Config{
+		Host:            s.PlaneURL(plane),
+		BearerToken:     s.token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.ca},
+		QPS:             -1,
+		Timeout:         60 * time.Second,
+	}
+}
+
+// Client is an admin clientset for plane.
+func (s *Server) Client(tb testing.TB, plane string) *kubernetes.Clientset {
+	tb.Helper()
+	c, err := kubernetes.NewForConfig(s.RESTConfig(plane))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// Dynamic is an admin dynamic client for plane.
+func (s *Server) Dynamic(tb testing.TB, plane string) dynamic.Interface {
+	tb.Helper()
+	c, err := dynamic.NewForConfig(s.RESTConfig(plane))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// Kubeconfig writes a kubeconfig for plane with `kplane kubeconfig` and
+// returns its path.
+func (s *Server) Kubeconfig(tb testing.TB, plane string) string {
+	tb.Helper()
+	bin, _ := Binary()
+	out, err := exec.Command(bin, "kubeconfig", "--data-dir", s.DataDir, plane).Output()
+	if err != nil {
+		tb.Fatalf("kplane kubeconfig %s: %v", plane, err)
+	}
+	path := filepath.Join(tb.TempDir(), plane+".kubeconfig")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// Kubectl runs kubectl against plane and returns its combined output.
+func (s *Server) Kubectl(tb testing.TB, plane string, stdin string, args ...string) (string, error) {
+	tb.Helper()
+	kubeconfig := s.Kubeconfig(tb, plane)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// MustKubectl is Kubectl that fails the test on error.
+func (s *Server) MustKubectl(tb testing.TB, plane, stdin string, args ...string) string {
+	tb.Helper()
+	out, err := s.Kubectl(tb, plane, stdin, args...)
+	if err != nil {
+		tb.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// Stop sends SIGTERM and waits for a clean exit (SIGKILL after 30s).
+func (s *Server) Stop() {
+	s.signal(syscall.SIGTERM, 30*time.Second)
+}
+
+// Kill sends SIGKILL, as a crash would.
+func (s *Server) Kill() {
+	s.signal(syscall.SIGKILL, 10*time.Second)
+}
+
+func (s *Server) signal(sig syscall.Signal, wait time.Duration) {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+	default:
+		_ = cmd.Process.Signal(sig)
+		select {
+		case <-exited:
+		case <-time.After(wait):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	s.mu.Lock()
+	if s.logFile != nil {
+		s.logFile.Close()
+		s.logFile = nil
+	}
+	s.cmd = nil
+	s.mu.Unlock()
+}
+
+// ExitCode is the exit status of a stopped server (-1 if running).
+func (s *Server) ExitCode() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.ProcessState == nil {
+		return -1
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// Restart starts the server again on the same data dir and port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if err := s.start(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Log returns the server log so far.
+func (s *Server) Log() string {
+	data, _ := os.ReadFile(s.logPath)
+	return string(data)
+}
+
+func (s *Server) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(s.Log(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// DumpLog prints the last n lines of the server log to the test output.
+func (s *Server) DumpLog(tb testing.TB, n int) {
+	tb.Logf("--- last %d lines of %s ---\n%s", n, s.logPath, s.tail(n))
+}
+
+// Cleanup removes the data dir of a server started with Start.
+func (s *Server) Cleanup() {
+	s.Stop()
+	os.RemoveAll(s.DataDir)
+}
+
+// FreePort returns a free loopback TCP port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,5 @@
+package e2e
+
+import "sync/atomic"
+
+var planeSeq atomic.Int64
