@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"kplane.dev/kplane/datastore/etcd"
 	"kplane.dev/kplane/datastore/kine"

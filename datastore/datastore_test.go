@@ -8,13 +8,13 @@ import (
 
 func TestKindOf(t *testing.T) {
 	good := map[string]Kind{
-		"":                                    SQLite,
-		"etcd":                                EmbeddedEtcd,
-		"http://127.0.0.1:2379":               ExternalEtcd,
-		"https://a:2379,https://b:2379":       ExternalEtcd,
+		"":                                     SQLite,
+		"etcd":                                 EmbeddedEtcd,
+		"http://127.0.0.1:2379":                ExternalEtcd,
+		"https://a:2379,https://b:2379":        ExternalEtcd,
 		"postgres://u:p@localhost:5432/kplane": Postgres,
-		"mysql://u:p@tcp(localhost:3306)/k":   MySQL,
-		"sqlite:///tmp/x.db":                  SQLite,
+		"mysql://u:p@tcp(localhost:3306)/k":    MySQL,
+		"sqlite:///tmp/x.db":                   SQLite,
 	}
 	for ep, want := range good {
 		if got, err := KindOf(ep); err != nil || got != want {

@@ -13,7 +13,6 @@ import (
 	"kplane.dev/kplane/planes"
 )
 
-
 // Ensurer brings a plane into being; *Bootstrapper is the implementation.
 type Ensurer interface {
 	Known(plane string) bool

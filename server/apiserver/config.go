@@ -85,6 +85,9 @@ type completedConfig struct {
 // Complete builds the upstream configuration. It touches no network and no
 // datastore.
 func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
+	if err := setFeatureGates(); err != nil {
+		return CompletedConfig{}, err
+	}
 	namespaces := &admission.LateNamespaceGetter{}
 	opts, err := c.upstreamOptions(namespaces)
 	if err != nil {
@@ -218,7 +221,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		generic:    c.controlPlane.NewCoreGenericConfig(),
 		loopback:   loopback.Routed(loopbackConfig),
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
-		services: servicesConfig(c.config),
+		services:   servicesConfig(c.config),
 	}
 	providers, err := storageProviders(c.controlPlane, core)
 	if err != nil {
