@@ -4,7 +4,11 @@ package main
 
 import (
 	"context"
+	"flag"
+	"strconv"
+
 	"fmt"
+	"k8s.io/klog/v2"
 	"os"
 	"os/signal"
 	"syscall"
@@ -36,6 +40,7 @@ func main() {
 func serverCommand() *cli.Command {
 	o := server.NewOptions()
 	var logLevel string
+	var klogVerbosity int
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run the datastore and the multi-plane apiserver",
@@ -64,10 +69,12 @@ func serverCommand() *cli.Command {
 				Usage: "range every plane allocates NodePorts from"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Destination: &logLevel, EnvVars: []string{"KPLANE_LOG_LEVEL"},
 				Usage: "debug, info, warn or error"},
+			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
+				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
 		},
 		Action: func(c *cli.Context) error {
 			o.TLSSANs = c.StringSlice("tls-san")
-			if err := setupLogging(logLevel); err != nil {
+			if err := setupLogging(logLevel, klogVerbosity); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
@@ -93,11 +100,13 @@ func runServer(ctx context.Context, o *server.Options) error {
 	return s.Run(ctx)
 }
 
-func setupLogging(level string) error {
+func setupLogging(level string, verbosity int) error {
 	lvl, err := logrus.ParseLevel(level)
 	if err != nil {
 		return fmt.Errorf("--log-level %q: %w", level, err)
 	}
 	logrus.SetLevel(lvl)
-	return nil
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	return fs.Set("v", strconv.Itoa(verbosity))
 }

@@ -66,8 +66,9 @@ func (d *Datastore) Close() {
 	}
 }
 
-// Listen starts (or checks) the datastore configured in cfg. Embedded stores
-// run until Close is called or ctx is done.
+// Listen starts (or checks) the datastore configured in cfg. ctx bounds the
+// start only: an embedded store runs until Close, so that the apiserver can
+// finish its own shutdown (which writes) before the store goes away.
 func Listen(ctx context.Context, cfg Config) (*Datastore, error) {
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 60 * time.Second
@@ -98,10 +99,7 @@ func Listen(ctx context.Context, cfg Config) (*Datastore, error) {
 		}
 		done := make(chan struct{})
 		go func() {
-			select {
-			case <-ctx.Done():
-			case <-sctx.Done():
-			}
+			<-sctx.Done()
 			e.Close()
 			close(done)
 		}()
@@ -176,11 +174,7 @@ func startKine(ctx context.Context, cfg Config, kind Kind, endpoint, description
 	}
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-ctx.Done():
-		case <-sctx.Done():
-		}
-		cancel()
+		<-sctx.Done()
 		k.Wait()
 		close(done)
 	}()

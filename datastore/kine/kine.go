@@ -46,6 +46,14 @@ func SQLiteEndpoint(path string) string {
 	return "sqlite://" + path + "?" + sqlite.DefaultParams
 }
 
+// emulatedEtcdVersion is the etcd version kine reports. It is deliberately
+// one the apiserver does not trust with progress notifications (RequestWatchProgress
+// needs 3.5.13): kine's notion of its current revision can lag the newest
+// row when writes race, and a consistent read that waits for the watch
+// cache to reach it would stall. Consistent reads then go to the database;
+// resourceVersion=0 reads, watches and snapshots still come from memory.
+const emulatedEtcdVersion = "3.5.12"
+
 // maxSocketPath leaves room under the 108-byte sun_path limit.
 const maxSocketPath = 100
 
@@ -69,7 +77,7 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		BackendTLSConfig:     tls.Config{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile},
 		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
 		NotifyInterval:       5 * time.Second,
-		EmulatedETCDVersion:  "3.6.11",
+		EmulatedETCDVersion:  emulatedEtcdVersion,
 		CompactTimeout:       5 * time.Second,
 		CompactMinRetain:     1000,
 		CompactBatchSize:     1000,

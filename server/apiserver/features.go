@@ -13,8 +13,17 @@ import (
 // namespace/name, which merges same-named objects of different planes (the
 // cache would lose every plane but one after a restart). The paginated LIST
 // path hands every object to the watch cache, keyed by plane.
+//
+// WatchList=false: with it on, every watch without a resourceVersion is
+// turned into a "send initial events" watch that first waits until the
+// shared cache has caught up with the datastore's newest revision. On kine
+// that revision can run ahead of its progress notifications under
+// concurrent writes, and such watches would stall for seconds and fail. A
+// watch without resourceVersion then starts from the cache, as before 1.33;
+// clients that ask for watch-list fall back to LIST+WATCH.
 var featureGates = map[string]bool{
 	"WatchListClient": false,
+	"WatchList":       false,
 }
 
 func setFeatureGates() error {

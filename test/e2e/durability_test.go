@@ -27,7 +27,9 @@ func TestDurabilityEmbeddedEtcd(t *testing.T) {
 // SIGKILL and restarts it: every acknowledged write is there, and a watch
 // resumed from its last resourceVersion gets every later event.
 func durabilitySuite(t *testing.T, args []string) {
+	began := time.Now()
 	s := framework.StartServer(t, framework.Options{Args: args})
+	t.Logf("started in %s", time.Since(began))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -51,8 +53,11 @@ func durabilitySuite(t *testing.T, args []string) {
 	}
 	resumeFrom := last.ResourceVersion
 
+	t.Logf("wrote %d objects across %d planes at %s", planes*perPlane+1, planes, time.Since(began))
 	s.Kill()
+	t.Logf("killed at %s", time.Since(began))
 	s.Restart(t)
+	t.Logf("restarted at %s", time.Since(began))
 
 	for i := 0; i < planes; i++ {
 		list, err := s.Client(t, planeName(i)).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})

@@ -69,7 +69,7 @@ func StartServer(tb testing.TB, opts Options) *Server {
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			s.DumpLog(tb, 60)
+			s.DumpLog(tb, 400)
 		}
 		s.Stop()
 	})
