@@ -69,6 +69,8 @@ func serverCommand() *cli.Command {
 				Usage: "range every plane allocates NodePorts from"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Destination: &logLevel, EnvVars: []string{"KPLANE_LOG_LEVEL"},
 				Usage: "debug, info, warn or error"},
+			&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
+				Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
 			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
 				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
 		},

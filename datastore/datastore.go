@@ -234,7 +234,7 @@ func checkEtcd(ctx context.Context, endpoints []string, cfg Config) error {
 		return fmt.Errorf("datastore %q is unreachable: %v", Redact(strings.Join(endpoints, ",")), err)
 	}
 	defer client.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var lastErr error
 	for _, ep := range endpoints {

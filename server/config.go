@@ -183,6 +183,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		NodePortRange:               c.NodePortRange,
 		MaxRequestsInFlight:         c.Options.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
+		EnableProfiling:             c.Options.EnableProfiling,
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

@@ -31,6 +31,8 @@ type Options struct {
 
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int
+
+	EnableProfiling bool
 }
 
 // NewOptions returns the defaults.

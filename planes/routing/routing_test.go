@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 
 	"kplane.dev/kplane/planes"
@@ -74,7 +76,9 @@ func TestWithRouting(t *testing.T) {
 		gotPlane, _ = planes.FromContext(r.Context())
 		gotPath = r.URL.Path
 	})
-	codecs := serializer.NewCodecFactory(runtime.NewScheme())
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	codecs := serializer.NewCodecFactory(scheme)
 	h := WithRouting(inner, codecs)
 
 	rec := httptest.NewRecorder()

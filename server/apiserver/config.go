@@ -57,6 +57,9 @@ type Config struct {
 
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int
+
+	// EnableProfiling serves /debug/pprof on the root plane (admin only).
+	EnableProfiling bool
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -163,7 +166,7 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter) (*cpoptio
 	}
 	o.GenericServerRunOptions.ShutdownDelayDuration = 0
 	o.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = 5 * time.Second
-	o.Features.EnableProfiling = false
+	o.Features.EnableProfiling = c.EnableProfiling
 
 	o.Etcd.StorageConfig.Transport.ServerList = c.Etcd.Endpoints
 	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile

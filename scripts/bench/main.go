@@ -1,0 +1,96 @@
+// Command bench measures kplane on this machine and writes the figures to a
+// JSON file. Each scenario starts its own server (the binary under test) on
+// loopback with a temporary data directory and stops it afterwards.
+//
+//	go run ./scripts/bench --binary bin/kplane --planes 1000 --out bench/density.json
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"time"
+)
+
+// Result is one scenario's figures.
+type Result struct {
+	Scenario string             `json:"scenario"`
+	Params   map[string]any     `json:"params"`
+	Figures  map[string]float64 `json:"figures"`
+	Notes    []string           `json:"notes,omitempty"`
+}
+
+// Report is what the JSON file holds.
+type Report struct {
+	Date    string   `json:"date"`
+	Machine Machine  `json:"machine"`
+	Binary  string   `json:"binary"`
+	Results []Result `json:"results"`
+}
+
+// Machine describes where the figures were taken.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	MemoryGB int    `json:"memoryGiB"`
+	OS       string `json:"os"`
+	Arch     string `json:"arch"`
+}
+
+func main() {
+	binary := flag.String("binary", "bin/kplane", "kplane binary to measure")
+	planes := flag.Int("planes", 1000, "planes to create in the density scenario")
+	workers := flag.Int("workers", 8, "concurrent clients creating planes")
+	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
+	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
+	out := flag.String("out", "bench/density.json", "JSON file to write")
+	flag.Parse()
+
+	bin, err := filepath.Abs(*binary)
+	if err != nil {
+		fail(err)
+	}
+	report := Report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
+		Binary:  bin,
+	}
+	res, err := density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore})
+	if err != nil {
+		fail(err)
+	}
+	report.Results = append(report.Results, res)
+	printResult(res)
+
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		fail(err)
+	}
+	data, _ := json.MarshalIndent(report, "", "  ")
+	if err := os.WriteFile(*out, append(data, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Println("wrote", *out)
+}
+
+func printResult(r Result) {
+	fmt.Printf("== %s %v\n", r.Scenario, r.Params)
+	names := make([]string, 0, len(r.Figures))
+	for k := range r.Figures {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Printf("   %-36s %12.3f\n", k, r.Figures[k])
+	}
+	for _, n := range r.Notes {
+		fmt.Println("   note:", n)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}

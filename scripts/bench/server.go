@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// server is one kplane process under measurement.
+type server struct {
+	cmd     *exec.Cmd
+	dir     string
+	url     string
+	token   string
+	ca      []byte
+	started time.Time
+	ready   time.Duration
+}
+
+func startServer(binary string, args ...string) (*server, error) {
+	dir, err := os.MkdirTemp("", "kplane-bench-")
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	log, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, append([]string{"server", "--data-dir", dir, "--bind-address", "127.0.0.1",
+		"--https-port", strconv.Itoa(port)}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s := &server{cmd: cmd, dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if s.ca == nil {
+			if cfg, err := clientcmd.LoadFromFile(filepath.Join(dir, "admin.kubeconfig")); err == nil {
+				for _, c := range cfg.Clusters {
+					s.ca = c.CertificateAuthorityData
+				}
+				for _, a := range cfg.AuthInfos {
+					s.token = a.Token
+				}
+			}
+		}
+		if s.ca != nil {
+			if resp, err := s.http().Get(s.url + "/readyz"); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.TrimSpace(string(body)) == "ok" {
+					s.ready = time.Since(s.started)
+					return s, nil
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stop()
+	return nil, fmt.Errorf("kplane not ready; log in %s", log.Name())
+}
+
+func (s *server) http() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.ca)
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}}
+}
+
+func (s *server) config(plane string) *rest.Config {
+	host := s.url
+	if plane != "root" {
+		host += "/clusters/" + plane + "/control-plane"
+	}
+	return &rest.Config{Host: host, BearerToken: s.token, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca},
+		QPS: -1, Timeout: 60 * time.Second}
+}
+
+func (s *server) client(plane string) (*kubernetes.Clientset, error) {
+	return kubernetes.NewForConfig(s.config(plane))
+}
+
+// rssBytes is the resident set of the server process.
+func (s *server) rssBytes() (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(fields[1], 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
+
+// metric reads one unlabelled gauge from the server's /metrics.
+func (s *server) metric(name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.http().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") {
+			return strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+	os.RemoveAll(s.dir)
+}
+
+func memoryGiB() int {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.Atoi(fields[1])
+			return (kb + 512*1024) / (1024 * 1024)
+		}
+	}
+	return 0
+}
