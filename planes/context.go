@@ -22,6 +22,22 @@ func FromContext(ctx context.Context) (string, bool) {
 	return id, ok && id != ""
 }
 
+type allPlanesKey struct{}
+
+// WithAllPlanes returns a copy of ctx that lets a storage list or watch
+// cover every plane of a resource at once. Only in-process components
+// (controllers, the snapshot cache) use it; nothing on the HTTP path ever
+// sets it, so no request can see across planes.
+func WithAllPlanes(ctx context.Context) context.Context {
+	return context.WithValue(ctx, allPlanesKey{}, true)
+}
+
+// AllPlanes reports whether ctx asks for the cross-plane view.
+func AllPlanes(ctx context.Context) bool {
+	all, _ := ctx.Value(allPlanesKey{}).(bool)
+	return all
+}
+
 // OfObject returns the plane recorded on a stored object, or "" when the
 // object carries no plane annotation.
 func OfObject(obj runtime.Object) string {

@@ -22,16 +22,25 @@ import (
 // only to watchers whose predicate requires the event's plane.
 const PlaneField = "metadata.kplane.plane"
 
+// Registry holds every plane-scoped storage of the server. Registries built
+// more than once for the same resource (per-plane service registries, the
+// custom-resource registries of identical CRDs in many planes) get the one
+// storage and watch cache already built instead of another watch on the
+// datastore.
+type Registry struct {
+	mu     sync.Mutex
+	shared map[string]*sharedStorage
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{shared: map[string]*sharedStorage{}}
+}
+
 // RESTOptionsGetter hands out plane-scoped storage for every resource.
 type RESTOptionsGetter struct {
 	delegate generic.RESTOptionsGetter
-
-	mu sync.Mutex
-	// shared memoises the decorated storage per resource prefix so that a
-	// registry built more than once for the same resource (per-plane service
-	// registries, for one) reuses the one watch cache instead of starting
-	// another watch on the datastore.
-	shared map[string]*sharedStorage
+	registry *Registry
 }
 
 type sharedStorage struct {
@@ -40,11 +49,11 @@ type sharedStorage struct {
 	refs    int
 }
 
-// NewRESTOptionsGetter wraps delegate (normally the upstream
-// StorageFactoryRestOptionsFactory) so that every storage it hands out is
-// plane-scoped.
-func NewRESTOptionsGetter(delegate generic.RESTOptionsGetter) *RESTOptionsGetter {
-	return &RESTOptionsGetter{delegate: delegate, shared: map[string]*sharedStorage{}}
+// Wrap returns a getter that hands out delegate's storage (normally the
+// upstream StorageFactoryRestOptionsFactory), plane-scoped and registered
+// here.
+func (r *Registry) Wrap(delegate generic.RESTOptionsGetter) *RESTOptionsGetter {
+	return &RESTOptionsGetter{delegate: delegate, registry: r}
 }
 
 // GetRESTOptions implements generic.RESTOptionsGetter.
@@ -53,22 +62,45 @@ func (g *RESTOptionsGetter) GetRESTOptions(resource schema.GroupResource, exampl
 	if err != nil {
 		return opts, err
 	}
-	opts.Decorator = g.decorate(resource, opts.Decorator)
+	opts.Decorator = g.registry.decorate(resource, opts.Decorator)
 	return opts, nil
 }
 
-// Storage returns the plane-scoped storage already built for resourcePrefix,
+// Storage returns the plane-scoped storage already built for a resource,
 // or nil when no registry for it exists yet.
-func (g *RESTOptionsGetter) Storage(resourcePrefix string) *Store {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if s, ok := g.shared[resourcePrefix]; ok {
-		return s.store
+func (r *Registry) Storage(resource schema.GroupResource) *Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.shared {
+		if s.store.resource == resource {
+			return s.store
+		}
 	}
 	return nil
 }
 
-func (g *RESTOptionsGetter) decorate(resource schema.GroupResource, inner generic.StorageDecorator) generic.StorageDecorator {
+// Stores returns every storage built so far.
+func (r *Registry) Stores() []*Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stores := make([]*Store, 0, len(r.shared))
+	for _, s := range r.shared {
+		stores = append(stores, s.store)
+	}
+	return stores
+}
+
+// memoKey identifies a storage: its key space and how it encodes. Two
+// custom-resource registries for the same group/resource with different
+// storage versions must not share an encoder.
+func memoKey(config *storagebackend.ConfigForResource, resourcePrefix string) string {
+	if config == nil || config.EncodeVersioner == nil {
+		return resourcePrefix
+	}
+	return resourcePrefix + "|" + fmt.Sprint(config.EncodeVersioner)
+}
+
+func (r *Registry) decorate(resource schema.GroupResource, inner generic.StorageDecorator) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -79,11 +111,12 @@ func (g *RESTOptionsGetter) decorate(resource schema.GroupResource, inner generi
 		_ storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if s, ok := g.shared[resourcePrefix]; ok {
+		key := memoKey(config, resourcePrefix)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if s, ok := r.shared[key]; ok {
 			s.refs++
-			return s.store, g.release(resourcePrefix), nil
+			return s.store, r.release(key), nil
 		}
 
 		planeKeyFunc := func(obj runtime.Object) (string, error) {
@@ -107,26 +140,26 @@ func (g *RESTOptionsGetter) decorate(resource schema.GroupResource, inner generi
 			return nil, nil, err
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, newFunc: newFunc, newListFunc: newListFunc}
-		g.shared[resourcePrefix] = &sharedStorage{store: store, destroy: destroy, refs: 1}
-		return store, g.release(resourcePrefix), nil
+		r.shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
+		return store, r.release(key), nil
 	}
 }
 
-func (g *RESTOptionsGetter) release(resourcePrefix string) factory.DestroyFunc {
+func (r *Registry) release(key string) factory.DestroyFunc {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			g.mu.Lock()
-			s, ok := g.shared[resourcePrefix]
+			r.mu.Lock()
+			s, ok := r.shared[key]
 			if ok {
 				s.refs--
 				if s.refs > 0 {
-					g.mu.Unlock()
+					r.mu.Unlock()
 					return
 				}
-				delete(g.shared, resourcePrefix)
+				delete(r.shared, key)
 			}
-			g.mu.Unlock()
+			r.mu.Unlock()
 			if ok && s.destroy != nil {
 				s.destroy()
 			}

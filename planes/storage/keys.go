@@ -21,6 +21,11 @@ func scopeKey(resourcePrefix, plane, key string) (string, error) {
 	return resourcePrefix + "/" + plane + rest, nil
 }
 
+// errCrossPlaneKey: the cross-plane view covers whole resources only.
+func errCrossPlaneKey(resourcePrefix, key string) error {
+	return apierrors.NewInternalError(fmt.Errorf("cross-plane access to %s must list or watch the whole resource, not %q", resourcePrefix, key))
+}
+
 // planeOf returns the plane of ctx or an error that refuses the call: a
 // storage call without a plane never falls back to a global key.
 func planeOf(ctx context.Context, resourcePrefix string) (string, error) {

@@ -35,6 +35,12 @@ func (s *Store) ResourcePrefix() string { return s.resourcePrefix }
 func (s *Store) NewList() runtime.Object { return s.newListFunc() }
 
 func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
+	if planes.AllPlanes(ctx) {
+		if key != s.resourcePrefix {
+			return "", "", errCrossPlaneKey(s.resourcePrefix, key)
+		}
+		return "", key, nil
+	}
 	plane, err := planeOf(ctx, s.resourcePrefix)
 	if err != nil {
 		return "", "", err
@@ -43,9 +49,17 @@ func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
 	return plane, scoped, err
 }
 
+// scopeWrite is scope for writes, which always name one plane.
+func (s *Store) scopeWrite(ctx context.Context, key string) (string, string, error) {
+	if planes.AllPlanes(ctx) {
+		return "", "", errCrossPlaneKey(s.resourcePrefix, key)
+	}
+	return s.scope(ctx, key)
+}
+
 // Create implements storage.Interface.
 func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	plane, scoped, err := s.scope(ctx, key)
+	plane, scoped, err := s.scopeWrite(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -58,7 +72,7 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 // Delete implements storage.Interface.
 func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
-	_, scoped, err := s.scope(ctx, key)
+	_, scoped, err := s.scopeWrite(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -72,7 +86,9 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
-	opts.Predicate = planePredicate(opts.Predicate, plane)
+	if plane != "" {
+		opts.Predicate = planePredicate(opts.Predicate, plane)
+	}
 	return s.Interface.Watch(ctx, scoped, opts)
 }
 
@@ -97,7 +113,7 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 // GuaranteedUpdate implements storage.Interface.
 func (s *Store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
-	plane, scoped, err := s.scope(ctx, key)
+	plane, scoped, err := s.scopeWrite(ctx, key)
 	if err != nil {
 		return err
 	}

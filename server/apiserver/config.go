@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
@@ -80,9 +81,11 @@ type completedConfig struct {
 	config       *Config
 	controlPlane controlplaneapiserver.CompletedConfig
 	options      cpoptions.CompletedOptions
-	storage      *planestorage.RESTOptionsGetter
+	storage      *planestorage.Registry
 	namespaces   *admission.LateNamespaceGetter
 	boot         *lateBootstrapper
+	crds         *lateCRDs
+	crdGetters   crdGetters
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -104,7 +107,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		completed,
-		[]*runtime.Scheme{legacyscheme.Scheme},
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
 		resourceConfig(),
 		generatedopenapi.GetOpenAPIDefinitions,
 		nil,
@@ -113,15 +116,17 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
 	}
 
-	planeStorage := planestorage.NewRESTOptionsGetter(genericConfig.RESTOptionsGetter)
-	genericConfig.RESTOptionsGetter = planeStorage
+	planeStorage := planestorage.NewRegistry()
+	genericConfig.RESTOptionsGetter = planeStorage.Wrap(genericConfig.RESTOptionsGetter)
 	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: genericConfig.Authentication.Authenticator}
 	if genericConfig.Authorization.Authorizer, err = newAuthorizer(nil); err != nil {
 		return CompletedConfig{}, err
 	}
 	boot := &lateBootstrapper{}
+	customResources := &lateCRDs{}
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		handler := bootstrap.WithBootstrap(apiHandler, boot, gc.Serializer)
+		handler := customResources.filter(apiHandler)
+		handler = bootstrap.WithBootstrap(handler, boot, gc.Serializer)
 		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
 		return routing.WithRouting(handler, gc.Serializer)
 	}
@@ -136,6 +141,13 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("building control plane config: %w", err)
 	}
+	// Only the storage getters are taken from the apiextensions config: CRDs
+	// are served per plane by planes/crds, not by the upstream CRD server.
+	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*genericConfig, informers, nil, completed, 1,
+		noServiceResolver{}, identityAuthResolverWrapper)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("building apiextensions config: %w", err)
+	}
 
 	return CompletedConfig{&completedConfig{
 		config:       c,
@@ -144,6 +156,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		storage:      planeStorage,
 		namespaces:   namespaces,
 		boot:         boot,
+		crds:         customResources,
+		crdGetters: crdGetters{
+			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
+			customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
+		},
 	}}, nil
 }
 
@@ -234,6 +251,20 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}
 
+	customResources, err := c.installCRDs(server.GenericAPIServer)
+	if err != nil {
+		return nil, err
+	}
+	c.crds.s.Store(customResources)
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-crds", func(ctx genericapiserver.PostStartHookContext) error {
+		go customResources.Run(ctx)
+		select {
+		case <-customResources.HasSynced():
+		case <-ctx.Done():
+		}
+		return nil
+	})
+
 	namespaces := namespaceGetter{core.registries.Namespaces}
 	c.namespaces.Set(namespaces)
 	boot := bootstrap.New(core.registries.Namespaces)
@@ -244,6 +275,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Bootstrapper:     boot,
 		Storage:          c.storage,
 		Core:             core.registries,
+		CRDs:             customResources,
 	}
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
 		return boot.Ensure(ctx, "root")

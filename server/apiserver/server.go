@@ -11,6 +11,7 @@ import (
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/crds"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -18,8 +19,9 @@ import (
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	Bootstrapper     *bootstrap.Bootstrapper
-	Storage          *planestorage.RESTOptionsGetter
+	Storage          *planestorage.Registry
 	Core             *CoreRegistries
+	CRDs             *crds.Server
 }
 
 // Run serves until ctx is done, then shuts down gracefully: it stops

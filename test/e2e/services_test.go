@@ -84,7 +84,7 @@ func TestKubeletSubresources(t *testing.T) {
 	pods := shared.Client(t, plane).CoreV1().Pods("default")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p"},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {

@@ -1,0 +1,215 @@
+package crds
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"sync"
+
+	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+
+	"kplane.dev/kplane/planes"
+)
+
+// entry is one CRD of one plane.
+type entry struct {
+	plane string
+	crd   *apiextensionsv1.CustomResourceDefinition
+	// hash identifies the serving behaviour of the CRD: identical specs in
+	// different planes share one handler.
+	hash string
+}
+
+// planeCRDs are the CRDs of one plane.
+type planeCRDs struct {
+	byName map[string]*entry
+	// version changes whenever a CRD of the plane does; documents derived
+	// from the plane's CRDs are cached by it.
+	version uint64
+}
+
+// Index holds every plane's CRDs, as v1 objects.
+type Index struct {
+	mu      sync.RWMutex
+	byPlane map[string]*planeCRDs
+	// users counts the entries per content hash; a handler whose hash has
+	// no user left is torn down.
+	users   map[string]int
+	version uint64
+
+	synced   chan struct{}
+	syncOnce sync.Once
+
+	// onChange is told about every CRD that changed (old or new entry).
+	onChange func(plane, name string)
+	// onUnused is told about content hashes no CRD uses anymore.
+	onUnused func(hash string)
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{byPlane: map[string]*planeCRDs{}, users: map[string]int{}, synced: make(chan struct{})}
+}
+
+// HasSynced is closed once the index has seen every stored CRD.
+func (x *Index) HasSynced() <-chan struct{} { return x.synced }
+
+// Get returns plane's CRD called name.
+func (x *Index) Get(plane, name string) (*entry, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	p := x.byPlane[plane]
+	if p == nil {
+		return nil, false
+	}
+	e, ok := p.byName[name]
+	return e, ok
+}
+
+// List returns plane's CRDs sorted by name, and the plane's version.
+func (x *Index) List(plane string) ([]*entry, uint64) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	p := x.byPlane[plane]
+	if p == nil {
+		return nil, 0
+	}
+	out := make([]*entry, 0, len(p.byName))
+	for _, e := range p.byName {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].crd.Name < out[j].crd.Name })
+	return out, p.version
+}
+
+// HasAny reports whether plane has at least one CRD.
+func (x *Index) HasAny(plane string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	p := x.byPlane[plane]
+	return p != nil && len(p.byName) > 0
+}
+
+// Upsert implements storage.Handler.
+func (x *Index) Upsert(obj runtime.Object) {
+	plane := planes.OfObject(obj)
+	crd, err := toV1(obj)
+	if err != nil || plane == "" {
+		utilruntime.HandleError(err)
+		return
+	}
+	e := &entry{plane: plane, crd: crd, hash: contentHash(crd)}
+	x.mu.Lock()
+	p := x.byPlane[plane]
+	if p == nil {
+		p = &planeCRDs{byName: map[string]*entry{}}
+		x.byPlane[plane] = p
+	}
+	var unused string
+	if old := p.byName[crd.Name]; old != nil {
+		unused = x.releaseLocked(old.hash)
+	}
+	p.byName[crd.Name] = e
+	x.users[e.hash]++
+	x.version++
+	p.version = x.version
+	x.mu.Unlock()
+	x.notify(plane, crd.Name, unused)
+}
+
+// Delete implements storage.Handler.
+func (x *Index) Delete(obj runtime.Object) {
+	plane := planes.OfObject(obj)
+	crd, err := toV1(obj)
+	if err != nil || plane == "" {
+		return
+	}
+	x.mu.Lock()
+	var unused string
+	if p := x.byPlane[plane]; p != nil {
+		if old := p.byName[crd.Name]; old != nil {
+			unused = x.releaseLocked(old.hash)
+			delete(p.byName, crd.Name)
+			x.version++
+			p.version = x.version
+			if len(p.byName) == 0 {
+				delete(x.byPlane, plane)
+			}
+		}
+	}
+	x.mu.Unlock()
+	x.notify(plane, crd.Name, unused)
+}
+
+// Synced implements storage.Handler.
+func (x *Index) Synced() {
+	x.syncOnce.Do(func() { close(x.synced) })
+}
+
+func (x *Index) releaseLocked(hash string) string {
+	x.users[hash]--
+	if x.users[hash] > 0 {
+		return ""
+	}
+	delete(x.users, hash)
+	return hash
+}
+
+func (x *Index) notify(plane, name, unused string) {
+	if x.onChange != nil {
+		x.onChange(plane, name)
+	}
+	if unused != "" && x.onUnused != nil {
+		x.onUnused(unused)
+	}
+}
+
+// ForgetPlane drops every CRD of a deleted plane from the index.
+func (x *Index) ForgetPlane(plane string) {
+	x.mu.Lock()
+	p := x.byPlane[plane]
+	delete(x.byPlane, plane)
+	var unused []string
+	if p != nil {
+		for _, e := range p.byName {
+			if h := x.releaseLocked(e.hash); h != "" {
+				unused = append(unused, h)
+			}
+		}
+	}
+	x.mu.Unlock()
+	for _, h := range unused {
+		if x.onUnused != nil {
+			x.onUnused(h)
+		}
+	}
+}
+
+func toV1(obj runtime.Object) (*apiextensionsv1.CustomResourceDefinition, error) {
+	if v1, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+		return v1, nil
+	}
+	internal, ok := obj.(*apiextensionsinternal.CustomResourceDefinition)
+	if !ok {
+		return nil, nil
+	}
+	out := &apiextensionsv1.CustomResourceDefinition{}
+	if err := apiextensionsapiserver.Scheme.Convert(internal, out, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// contentHash identifies everything a CRD handler is built from: the spec.
+// Status, names accepted and metadata differ per plane and are decided
+// outside the handler.
+func contentHash(crd *apiextensionsv1.CustomResourceDefinition) string {
+	data, _ := json.Marshal(crd.Spec)
+	sum := sha256.Sum256(append([]byte(crd.Name+"\x00"), data...))
+	return hex.EncodeToString(sum[:16])
+}

@@ -1,0 +1,190 @@
+package crds
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	listers "k8s.io/apiextensions-apiserver/pkg/client/listers/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/controller/finalizer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+)
+
+// HandlerConfig is what every upstream CRD handler is built with.
+type HandlerConfig struct {
+	// RESTOptionsGetter gives plane-scoped custom-resource storage.
+	RESTOptionsGetter   generic.RESTOptionsGetter
+	Admission           admission.Interface
+	Authorizer          authorizer.Authorizer
+	ServiceResolver     webhook.ServiceResolver
+	AuthResolverWrapper webhook.AuthenticationInfoResolverWrapper
+	RequestTimeout      time.Duration
+	MinRequestTimeout   time.Duration
+	StaticOpenAPISpec   map[string]*spec.Schema
+	MaxRequestBodyBytes int64
+}
+
+// handlers keeps one upstream CRD handler per CRD content hash.
+type handlers struct {
+	config   HandlerConfig
+	notFound http.Handler
+
+	mu     sync.Mutex
+	byHash map[string]*instance
+}
+
+// instance is an upstream CRD handler that sees exactly one CRD: the
+// representative of a content hash.
+type instance struct {
+	handler http.Handler
+	source  *crdSource
+}
+
+// customResourceStorage is the upstream handler's access to a CRD's
+// storage, for the finalizer.
+type customResourceStorage interface {
+	GetCustomResourceListerCollectionDeleter(crd *apiextensionsv1.CustomResourceDefinition) (finalizer.ListerCollectionDeleter, error)
+}
+
+func newHandlers(config HandlerConfig, notFound http.Handler) *handlers {
+	return &handlers{config: config, notFound: notFound, byHash: map[string]*instance{}}
+}
+
+// representative is the CRD the shared handler of e's content sees: the
+// spec of e, served, with a UID derived from the content so that every
+// plane maps to the same serving info.
+func representative(e *entry) *apiextensionsv1.CustomResourceDefinition {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	crd.Name = e.crd.Name
+	crd.UID = types.UID(e.hash)
+	crd.Spec = *e.crd.Spec.DeepCopy()
+	crd.Status.AcceptedNames = e.crd.Spec.Names
+	crd.Status.StoredVersions = e.crd.Status.StoredVersions
+	crd.Status.Conditions = []apiextensionsv1.CustomResourceDefinitionCondition{
+		{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue},
+		{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue},
+	}
+	return crd
+}
+
+// get returns the handler of e's content, building it on first use.
+func (h *handlers) get(e *entry) (*instance, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if in, ok := h.byHash[e.hash]; ok {
+		return in, nil
+	}
+	source := &crdSource{crd: representative(e)}
+	handler, err := apiextensionsapiserver.NewCustomResourceDefinitionHandler(
+		nil, nil, // discovery is served per plane by this package
+		source,
+		h.notFound,
+		h.config.RESTOptionsGetter,
+		h.config.Admission,
+		nil, // establishing is decided per plane by the Controller
+		h.config.ServiceResolver,
+		h.config.AuthResolverWrapper,
+		1,
+		h.config.Authorizer,
+		h.config.RequestTimeout,
+		h.config.MinRequestTimeout,
+		h.config.StaticOpenAPISpec,
+		h.config.MaxRequestBodyBytes,
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building handler for %s: %w", e.crd.Name, err)
+	}
+	in := &instance{handler: handler, source: source}
+	h.byHash[e.hash] = in
+	return in, nil
+}
+
+// release tears down the handler of a content hash no CRD uses anymore:
+// its CRD disappears from its lister, and the upstream handler destroys
+// the storage it built for it.
+func (h *handlers) release(hash string) {
+	h.mu.Lock()
+	in, ok := h.byHash[hash]
+	delete(h.byHash, hash)
+	h.mu.Unlock()
+	if ok {
+		in.source.remove()
+	}
+}
+
+// storage returns the custom-resource storage of e's CRD.
+func (h *handlers) storage(e *entry) (finalizer.ListerCollectionDeleter, error) {
+	in, err := h.get(e)
+	if err != nil {
+		return nil, err
+	}
+	crs, ok := in.handler.(customResourceStorage)
+	if !ok {
+		return nil, fmt.Errorf("CRD handler exposes no storage")
+	}
+	return crs.GetCustomResourceListerCollectionDeleter(in.source.crd)
+}
+
+// crdSource is the informer and lister of an upstream handler that must see
+// one CRD only. The handler registers event handlers at construction; the
+// one event it gets is the CRD's removal.
+type crdSource struct {
+	cache.SharedIndexInformer // only AddEventHandler is used
+
+	mu       sync.Mutex
+	crd      *apiextensionsv1.CustomResourceDefinition
+	handlers []cache.ResourceEventHandler
+}
+
+var _ listers.CustomResourceDefinitionLister = &crdSource{}
+
+func (s *crdSource) Informer() cache.SharedIndexInformer { return s }
+
+func (s *crdSource) Lister() listers.CustomResourceDefinitionLister { return s }
+
+func (s *crdSource) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handlers = append(s.handlers, h)
+	return nil, nil
+}
+
+func (s *crdSource) List(labels.Selector) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crd == nil {
+		return nil, nil
+	}
+	return []*apiextensionsv1.CustomResourceDefinition{s.crd}, nil
+}
+
+func (s *crdSource) Get(name string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crd == nil || s.crd.Name != name {
+		return nil, apierrors.NewNotFound(apiextensionsv1.Resource("customresourcedefinitions"), name)
+	}
+	return s.crd, nil
+}
+
+func (s *crdSource) remove() {
+	s.mu.Lock()
+	crd := s.crd
+	s.crd = nil
+	hs := append([]cache.ResourceEventHandler(nil), s.handlers...)
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.OnDelete(crd)
+	}
+}

@@ -1,0 +1,105 @@
+package apiserver
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apiextensions-apiserver/pkg/registry/customresourcedefinition"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+
+	"kplane.dev/kplane/planes/crds"
+)
+
+// crdGetters are the upstream storage getters of apiextensions: one for
+// CRDs, one for custom resources (per-CRD storage versions).
+type crdGetters struct {
+	crds            generic.RESTOptionsGetter
+	customResources generic.RESTOptionsGetter
+}
+
+// installCRDs serves apiextensions.k8s.io in every plane and returns the
+// plane-aware custom-resource server.
+func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) (*crds.Server, error) {
+	crdREST, err := customresourcedefinition.NewREST(apiextensionsapiserver.Scheme, c.storage.Wrap(c.crdGetters.crds))
+	if err != nil {
+		return nil, fmt.Errorf("customresourcedefinitions: %w", err)
+	}
+	crdStatus := customresourcedefinition.NewStatusREST(apiextensionsapiserver.Scheme, crdREST)
+	info := genericapiserver.NewDefaultAPIGroupInfo(apiextensionsv1.GroupName, apiextensionsapiserver.Scheme, metav1.ParameterCodec, apiextensionsapiserver.Codecs)
+	info.VersionedResourcesStorageMap[apiextensionsv1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"customresourcedefinitions":        crdREST,
+		"customresourcedefinitions/status": crdStatus,
+	}
+	if err := server.InstallAPIGroup(&info); err != nil {
+		return nil, fmt.Errorf("installing apiextensions.k8s.io: %w", err)
+	}
+
+	builtin := sets.New[string]()
+	for _, gv := range legacyscheme.Scheme.PrioritizedVersionsAllGroups() {
+		builtin.Insert(gv.Group)
+	}
+	builtin.Insert(apiextensionsv1.GroupName)
+
+	generic := c.controlPlane.Generic
+	s := crds.New(crds.Config{
+		Handler: crds.HandlerConfig{
+			RESTOptionsGetter:   c.storage.Wrap(c.crdGetters.customResources),
+			Admission:           generic.AdmissionControl,
+			Authorizer:          generic.Authorization.Authorizer,
+			ServiceResolver:     noServiceResolver{},
+			AuthResolverWrapper: identityAuthResolverWrapper,
+			RequestTimeout:      generic.RequestTimeout,
+			MinRequestTimeout:   secondsToDuration(generic.MinRequestTimeout),
+			StaticOpenAPISpec:   info.StaticOpenAPISpec,
+			MaxRequestBodyBytes: generic.MaxRequestBodyBytes,
+		},
+		CRDStorage:    c.storage.Storage(apiextensionsv1.Resource("customresourcedefinitions")),
+		CRDStatus:     crdStatus,
+		CRDs:          crdREST,
+		BuiltinGroups: builtin,
+		Serializer:    generic.Serializer,
+	}, server.UnprotectedHandler())
+	s.SetStaticOpenAPI(func() *spec.Swagger { return server.StaticOpenAPISpec })
+	return s, nil
+}
+
+// lateCRDs lets the handler chain be built before the CRD server exists.
+type lateCRDs struct {
+	s atomic.Pointer[crds.Server]
+}
+
+func (l *lateCRDs) filter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s := l.s.Load(); s != nil {
+			s.Filter(next).ServeHTTP(w, req)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// noServiceResolver refuses to resolve Services: a plane's Services have no
+// endpoints reachable from the server, and webhook conversion is not served.
+type noServiceResolver struct{}
+
+func (noServiceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
+	return nil, fmt.Errorf("service %s/%s: kplane planes do not call webhooks", namespace, name)
+}
+
+func identityAuthResolverWrapper(r webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {
+	return r
+}
+
+func secondsToDuration(s int) time.Duration { return time.Duration(s) * time.Second }

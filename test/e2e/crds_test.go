@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"kplane.dev/kplane/test/e2e/framework"
+)
+
+var rayGVR = schema.GroupVersionResource{Group: "ray.example.com", Version: "v1", Resource: "rayservices"}
+
+func rayService(name, source string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ray.example.com/v1", "kind": "RayService",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec": map[string]any{"dag": map[string]any{"source": source,
+			"deployments": []any{map[string]any{"name": "router", "rayActorOptions": map[string]any{"num_cpus": 0.5}}}}},
+	}}
+}
+
+func waitEstablished(t *testing.T, s *framework.Server, plane, crd string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := s.Kubectl(t, plane, "", "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+		if out == "True" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("CRD %s not established in %s", crd, plane)
+}
+
+// TestCustomResourceDefinitions: a CRD belongs to its plane; its custom
+// resources are validated, defaulted and pruned by its schema, with status
+// and scale subresources, printer columns, server-side apply and watch;
+// other planes do not see it; conditions are real; deleting the CRD deletes
+// its resources; everything survives a restart.
+func TestCustomResourceDefinitions(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	crdYAML, err := os.ReadFile("testdata/rayservices-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := "crd-a", "crd-b"
+	s.MustKubectl(t, a, string(crdYAML), "apply", "-f", "-")
+	waitEstablished(t, s, a, "rayservices.ray.example.com")
+	da := s.Dynamic(t, a).Resource(rayGVR).Namespace("default")
+
+	// Watch first, then create: defaulting, pruning, validation.
+	w, err := da.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	rs := rayService("serve", "https://models.example.com/dag.pb")
+	rs.Object["spec"].(map[string]any)["unknownField"] = "pruned"
+	created, err := da.Create(ctx, rs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if v, _, _ := unstructured.NestedInt64(created.Object, "spec", "workers", "replicas"); v != 2 {
+		t.Errorf("default workers.replicas: %v", v)
+	}
+	if v, _, _ := unstructured.NestedString(created.Object, "spec", "workers", "gpu"); v != "none" {
+		t.Errorf("default workers.gpu: %q", v)
+	}
+	deps, _, _ := unstructured.NestedSlice(created.Object, "spec", "dag", "deployments")
+	if len(deps) != 1 || deps[0].(map[string]any)["numReplicas"] != int64(1) {
+		t.Errorf("defaulted list item: %v", deps)
+	}
+	if opts := deps[0].(map[string]any)["rayActorOptions"].(map[string]any); opts["num_cpus"] != 0.5 {
+		t.Errorf("x-kubernetes-preserve-unknown-fields dropped data: %v", opts)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(created.Object, "spec", "unknownField"); found {
+		t.Error("unknown field was not pruned")
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Added {
+			t.Fatalf("watch: %v", ev.Type)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event for the created resource")
+	}
+	for _, bad := range []*unstructured.Unstructured{
+		rayService("bad-source", "http://insecure"),
+		func() *unstructured.Unstructured {
+			r := rayService("bad-gpu", "https://x")
+			r.Object["spec"].(map[string]any)["workers"] = map[string]any{"gpu": "tpu"}
+			return r
+		}(),
+	} {
+		if _, err := da.Create(ctx, bad, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("%s: want Invalid, got %v", bad.GetName(), err)
+		}
+	}
+
+	// Patch, status and scale subresources, printer columns.
+	if _, err := da.Patch(ctx, "serve", types.MergePatchType, []byte(`{"spec":{"workers":{"replicas":4}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := da.Patch(ctx, "serve", types.MergePatchType, []byte(`{"status":{"phase":"Running","readyWorkers":3},"spec":{"workers":{"replicas":9}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := da.Get(ctx, "serve", metav1.GetOptions{})
+	if r, _, _ := unstructured.NestedInt64(got.Object, "spec", "workers", "replicas"); r != 4 {
+		t.Errorf("status subresource changed spec: replicas=%d", r)
+	}
+	scale, err := da.Get(ctx, "serve", metav1.GetOptions{}, "scale")
+	if err != nil || scale.GetKind() != "Scale" {
+		t.Fatalf("scale subresource: %v %v", err, scale)
+	}
+	if r, _, _ := unstructured.NestedInt64(scale.Object, "status", "replicas"); r != 3 {
+		t.Errorf("scale status.replicas: %d", r)
+	}
+	out := s.MustKubectl(t, a, "", "scale", "rayservice/serve", "--replicas=6")
+	if !strings.Contains(out, "scaled") {
+		t.Errorf("kubectl scale: %s", out)
+	}
+	out = s.MustKubectl(t, a, "", "get", "rsvc")
+	if !strings.Contains(out, "PHASE") || !strings.Contains(out, "Running") || !strings.Contains(out, "6") {
+		t.Errorf("printer columns / short name: %s", out)
+	}
+	out = s.MustKubectl(t, a, "", "get", "ray")
+	if !strings.Contains(out, "serve") {
+		t.Errorf("category: %s", out)
+	}
+	out = s.MustKubectl(t, a, "", "explain", "rayservice.spec.workers.gpu")
+	if !strings.Contains(out, "h100") {
+		t.Errorf("kubectl explain: %s", out)
+	}
+	applied := `apiVersion: ray.example.com/v1
+kind: RayService
+metadata: {name: applied, namespace: default}
+spec:
+  dag: {source: "https://a.example.com/dag"}
+  workers: {replicas: 1}
+`
+	if out := s.MustKubectl(t, a, applied, "apply", "--server-side", "-f", "-"); !strings.Contains(out, "serverside-applied") {
+		t.Errorf("server-side apply: %s", out)
+	}
+	// A second version with None conversion serves the same objects.
+	alpha := s.Dynamic(t, a).Resource(schema.GroupVersionResource{Group: "ray.example.com", Version: "v1alpha1", Resource: "rayservices"}).Namespace("default")
+	if old, err := alpha.Get(ctx, "serve", metav1.GetOptions{}); err != nil || old.GetAPIVersion() != "ray.example.com/v1alpha1" {
+		t.Errorf("v1alpha1 read: %v %v", err, old)
+	}
+
+	// Plane b: no such API, no discovery entry.
+	if _, err := s.Dynamic(t, b).Resource(rayGVR).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("plane %s serves the CRD of %s: %v", b, a, err)
+	}
+	if out, _ := s.Kubectl(t, b, "", "api-resources"); strings.Contains(out, "rayservices") {
+		t.Errorf("plane %s discovery lists the CRD of %s", b, a)
+	}
+	if groups := s.MustKubectl(t, b, "", "get", "--raw", "/clusters/"+b+"/control-plane/apis"); strings.Contains(groups, "ray.example.com") {
+		t.Errorf("plane %s /apis lists ray.example.com", b)
+	}
+
+	// The same CRD with a different schema in plane b behaves per b's schema.
+	strict := strings.Replace(string(crdYAML), "pattern: '^https://'", "pattern: '^s3://'", 1)
+	s.MustKubectl(t, b, strict, "apply", "-f", "-")
+	waitEstablished(t, s, b, "rayservices.ray.example.com")
+	db := s.Dynamic(t, b).Resource(rayGVR).Namespace("default")
+	if _, err := db.Create(ctx, rayService("x", "https://models.example.com"), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("plane %s must validate with its own schema: %v", b, err)
+	}
+	if _, err := db.Create(ctx, rayService("x", "s3://bucket/dag"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("plane %s: %v", b, err)
+	}
+	if _, err := da.Create(ctx, rayService("y", "s3://bucket/dag"), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("plane %s must keep its own schema: %v", a, err)
+	}
+
+	// A CRD whose kind is taken in the group: NamesAccepted=False.
+	conflict := strings.NewReplacer("rayservices.ray.example.com", "rayjobs.ray.example.com",
+		"plural: rayservices", "plural: rayjobs", "singular: rayservice", "singular: rayjob",
+		"shortNames: [rsvc]", "shortNames: [rjob]", "listKind: RayServiceList", "listKind: RayJobList").Replace(string(crdYAML))
+	s.MustKubectl(t, a, conflict, "apply", "-f", "-")
+	var cond string
+	for i := 0; i < 100; i++ {
+		cond, _ = s.Kubectl(t, a, "", "get", "crd", "rayjobs.ray.example.com", "-o",
+			`jsonpath={.status.conditions[?(@.type=="NamesAccepted")].status}/{.status.conditions[?(@.type=="NamesAccepted")].reason}`)
+		if strings.HasPrefix(cond, "False") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if cond != "False/KindConflict" {
+		t.Errorf("conflicting CRD: NamesAccepted %q, want False/KindConflict", cond)
+	}
+
+	// Restart: CRDs and CRs keep serving.
+	s.Stop()
+	s.Restart(t)
+	waitEstablished(t, s, a, "rayservices.ray.example.com")
+	if _, err := s.Dynamic(t, a).Resource(rayGVR).Namespace("default").Get(ctx, "serve", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+
+	// Deleting the CRD deletes its resources in that plane only.
+	s.MustKubectl(t, a, "", "delete", "crd", "rayservices.ray.example.com", "--timeout=60s")
+	if keys := s.DatastoreKeys(t, "/registry/ray.example.com/rayservices/"+a+"/"); len(keys) != 0 {
+		t.Errorf("custom resources left after CRD deletion: %v", keys)
+	}
+	if keys := s.DatastoreKeys(t, "/registry/ray.example.com/rayservices/"+b+"/"); len(keys) != 1 {
+		t.Errorf("plane %s lost its custom resources: %v", b, keys)
+	}
+	if _, err := s.Dynamic(t, a).Resource(rayGVR).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("deleted CRD still served: %v", err)
+	}
+}
