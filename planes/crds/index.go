@@ -10,6 +10,8 @@ import (
 	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 
@@ -40,6 +42,9 @@ type Index struct {
 	// users counts the entries per content hash; a handler whose hash has
 	// no user left is torn down.
 	users   map[string]int
+	// specs holds one v1 spec per content hash, shared by every plane's
+	// entry with that content: a CRD's schema is the bulk of its memory.
+	specs   map[string]*apiextensionsv1.CustomResourceDefinitionSpec
 	version uint64
 
 	synced   chan struct{}
@@ -53,7 +58,8 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{byPlane: map[string]*planeCRDs{}, users: map[string]int{}, synced: make(chan struct{})}
+	return &Index{byPlane: map[string]*planeCRDs{}, users: map[string]int{},
+		specs: map[string]*apiextensionsv1.CustomResourceDefinitionSpec{}, synced: make(chan struct{})}
 }
 
 // HasSynced is closed once the index has seen every stored CRD.
@@ -98,13 +104,37 @@ func (x *Index) HasAny(plane string) bool {
 // Upsert implements storage.Handler.
 func (x *Index) Upsert(obj runtime.Object) {
 	plane := planes.OfObject(obj)
-	crd, err := toV1(obj)
-	if err != nil || plane == "" {
+	internal, ok := obj.(*apiextensionsinternal.CustomResourceDefinition)
+	if !ok || plane == "" {
+		return
+	}
+	hash := internalHash(internal)
+	x.mu.Lock()
+	spec, known := x.specs[hash]
+	x.mu.Unlock()
+	if !known {
+		// First plane with this content: convert the spec once; every
+		// other plane with it shares the result.
+		full, err := toV1(internal)
+		if err != nil {
+			utilruntime.HandleError(err)
+			return
+		}
+		spec = &full.Spec
+	}
+	crd, err := toV1Meta(internal)
+	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
-	e := &entry{plane: plane, crd: crd, hash: contentHash(crd)}
+	crd.Spec = *spec
+	e := &entry{plane: plane, crd: crd, hash: hash}
 	x.mu.Lock()
+	if existing, ok := x.specs[hash]; ok {
+		e.crd.Spec = *existing
+	} else {
+		x.specs[hash] = spec
+	}
 	p := x.byPlane[plane]
 	if p == nil {
 		p = &planeCRDs{byName: map[string]*entry{}}
@@ -113,6 +143,7 @@ func (x *Index) Upsert(obj runtime.Object) {
 	var unused string
 	if old := p.byName[crd.Name]; old != nil {
 		unused = x.releaseLocked(old.hash)
+		defer x.dropSpecLocked(old.hash)
 	}
 	p.byName[crd.Name] = e
 	x.users[e.hash]++
@@ -125,16 +156,18 @@ func (x *Index) Upsert(obj runtime.Object) {
 // Delete implements storage.Handler.
 func (x *Index) Delete(obj runtime.Object) {
 	plane := planes.OfObject(obj)
-	crd, err := toV1(obj)
+	accessor, err := meta.Accessor(obj)
 	if err != nil || plane == "" {
 		return
 	}
+	name := accessor.GetName()
 	x.mu.Lock()
 	var unused string
 	if p := x.byPlane[plane]; p != nil {
-		if old := p.byName[crd.Name]; old != nil {
+		if old := p.byName[name]; old != nil {
 			unused = x.releaseLocked(old.hash)
-			delete(p.byName, crd.Name)
+			x.dropSpecLocked(old.hash)
+			delete(p.byName, name)
 			x.version++
 			p.version = x.version
 			if len(p.byName) == 0 {
@@ -143,12 +176,19 @@ func (x *Index) Delete(obj runtime.Object) {
 		}
 	}
 	x.mu.Unlock()
-	x.notify(plane, crd.Name, unused)
+	x.notify(plane, name, unused)
 }
 
 // Synced implements storage.Handler.
 func (x *Index) Synced() {
 	x.syncOnce.Do(func() { close(x.synced) })
+}
+
+// dropSpecLocked forgets the shared spec of a hash nothing uses anymore.
+func (x *Index) dropSpecLocked(hash string) {
+	if x.users[hash] == 0 {
+		delete(x.specs, hash)
+	}
 }
 
 func (x *Index) releaseLocked(hash string) string {
@@ -179,6 +219,7 @@ func (x *Index) ForgetPlane(plane string) {
 		for _, e := range p.byName {
 			if h := x.releaseLocked(e.hash); h != "" {
 				unused = append(unused, h)
+				x.dropSpecLocked(h)
 			}
 		}
 	}
@@ -205,11 +246,21 @@ func toV1(obj runtime.Object) (*apiextensionsv1.CustomResourceDefinition, error)
 	return out, nil
 }
 
-// contentHash identifies everything a CRD handler is built from: the spec.
-// Status, names accepted and metadata differ per plane and are decided
+// internalHash identifies everything a CRD handler is built from: the name
+// and the spec. Status and metadata differ per plane and are decided
 // outside the handler.
-func contentHash(crd *apiextensionsv1.CustomResourceDefinition) string {
+func internalHash(crd *apiextensionsinternal.CustomResourceDefinition) string {
 	data, _ := json.Marshal(crd.Spec)
 	sum := sha256.Sum256(append([]byte(crd.Name+"\x00"), data...))
 	return hex.EncodeToString(sum[:16])
+}
+
+// toV1Meta converts everything of a CRD but its spec.
+func toV1Meta(internal *apiextensionsinternal.CustomResourceDefinition) (*apiextensionsv1.CustomResourceDefinition, error) {
+	out := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: *internal.ObjectMeta.DeepCopy()}
+	out.TypeMeta = metav1.TypeMeta{Kind: "CustomResourceDefinition", APIVersion: apiextensionsv1.SchemeGroupVersion.String()}
+	if err := apiextensionsv1.Convert_apiextensions_CustomResourceDefinitionStatus_To_v1_CustomResourceDefinitionStatus(&internal.Status, &out.Status, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

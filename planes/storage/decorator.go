@@ -28,13 +28,22 @@ const PlaneField = "metadata.kplane.plane"
 // storage and watch cache already built instead of another watch on the
 // datastore.
 type Registry struct {
-	mu     sync.Mutex
-	shared map[string]*sharedStorage
+	mu         sync.Mutex
+	shared     map[string]*sharedStorage
+	transforms map[schema.GroupResource]Transform
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{shared: map[string]*sharedStorage{}}
+	return &Registry{shared: map[string]*sharedStorage{}, transforms: map[schema.GroupResource]Transform{}}
+}
+
+// SetCacheTransform makes the watch cache of resource keep objects through
+// transform. Call it before the resource's registry is built.
+func (r *Registry) SetCacheTransform(resource schema.GroupResource, transform Transform) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.transforms[resource] = transform
 }
 
 // RESTOptionsGetter hands out plane-scoped storage for every resource.
@@ -134,6 +143,9 @@ func (r *Registry) decorate(resource schema.GroupResource, inner generic.Storage
 		// use here; the plane is the one dimension every watcher is scoped by.
 		trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
 
+		if transform, ok := r.transforms[resource]; ok {
+			inner = cachedStorage(transform)
+		}
 		raw, destroy, err := inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc,
 			withPlaneField(getAttrsFunc), trigger, indexers)
 		if err != nil {

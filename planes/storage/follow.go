@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -20,7 +21,8 @@ import (
 type Handler interface {
 	// Upsert is an object that appeared or changed.
 	Upsert(obj runtime.Object)
-	// Delete is an object that is gone.
+	// Delete is an object that is gone. After a relist it may be only the
+	// object's identity (a *metav1.PartialObjectMetadata).
 	Delete(obj runtime.Object)
 	// Synced is called after every (re)list, once the handler has seen the
 	// full state.
@@ -45,6 +47,8 @@ func ObjectKey(obj runtime.Object) string {
 // namespace/name and cannot be used here).
 func Follow(ctx context.Context, s *Store, h Handler) {
 	all := planes.WithAllPlanes(ctx)
+	// known holds only the identity of what the handler has seen, so that a
+	// relist can report what vanished: objects stay in the watch cache.
 	known := map[string]runtime.Object{}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -84,7 +88,7 @@ func relist(ctx context.Context, s *Store, h Handler, known map[string]runtime.O
 	for _, obj := range items {
 		key := ObjectKey(obj)
 		seen[key] = true
-		known[key] = obj
+		known[key] = tombstone(obj)
 		h.Upsert(obj)
 	}
 	for key, obj := range known {
@@ -120,7 +124,7 @@ func follow(ctx context.Context, s *Store, h Handler, known map[string]runtime.O
 			obj := unwrap(ev.Object)
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				known[ObjectKey(obj)] = obj
+				known[ObjectKey(obj)] = tombstone(obj)
 				h.Upsert(obj)
 			case watch.Deleted:
 				delete(known, ObjectKey(obj))
@@ -138,4 +142,20 @@ func unwrap(obj runtime.Object) runtime.Object {
 		return c.GetObject()
 	}
 	return obj
+}
+
+// tombstone keeps what identifies obj (kind, plane, namespace, name, uid):
+// enough to report its deletion.
+func tombstone(obj runtime.Object) runtime.Object {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return obj
+	}
+	t := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{
+		APIVersion: obj.GetObjectKind().GroupVersionKind().GroupVersion().String(),
+		Kind:       obj.GetObjectKind().GroupVersionKind().Kind,
+	}}
+	t.Name, t.Namespace, t.UID = accessor.GetName(), accessor.GetNamespace(), accessor.GetUID()
+	t.Annotations = map[string]string{planes.Annotation: planes.OfObject(obj)}
+	return t
 }

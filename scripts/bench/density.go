@@ -33,15 +33,7 @@ func density(binary string, p densityParams) (Result, error) {
 	}
 	defer s.stop()
 
-	settle := func() (rss, heap float64, err error) {
-		time.Sleep(3 * time.Second)
-		if rss, err = s.rssBytes(); err != nil {
-			return
-		}
-		heap, err = s.metric("go_memstats_heap_inuse_bytes")
-		return
-	}
-	rss0, heap0, err := settle()
+	rss0, heap0, err := settle(s)
 	if err != nil {
 		return Result{}, err
 	}
@@ -79,7 +71,7 @@ func density(binary string, p densityParams) (Result, error) {
 	if firstErr != nil {
 		return Result{}, firstErr
 	}
-	rss1, heap1, err := settle()
+	rss1, heap1, err := settle(s)
 	if err != nil {
 		return Result{}, err
 	}
@@ -146,4 +138,15 @@ func datastoreName(ep string) string {
 		return "sqlite"
 	}
 	return ep
+}
+
+// settle lets the server's garbage collector catch up, then reads its
+// resident memory and Go heap in use.
+func settle(s *server) (rss, heap float64, err error) {
+	time.Sleep(3 * time.Second)
+	if rss, err = s.rssBytes(); err != nil {
+		return
+	}
+	heap, err = s.metric("go_memstats_heap_inuse_bytes")
+	return
 }

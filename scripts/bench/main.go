@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -46,7 +47,9 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, crds")
 	out := flag.String("out", "bench/density.json", "JSON file to write")
+	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	flag.Parse()
 
 	bin, err := filepath.Abs(*binary)
@@ -58,12 +61,23 @@ func main() {
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
 		Binary:  bin,
 	}
-	res, err := density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore})
-	if err != nil {
-		fail(err)
+	for _, scenario := range strings.Split(*scenarios, ",") {
+		var res Result
+		var err error
+		switch scenario {
+		case "density":
+			res, err = density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore})
+		case "crds":
+			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
+		default:
+			err = fmt.Errorf("unknown scenario %q", scenario)
+		}
+		if err != nil {
+			fail(err)
+		}
+		report.Results = append(report.Results, res)
+		printResult(res)
 	}
-	report.Results = append(report.Results, res)
-	printResult(res)
 
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		fail(err)

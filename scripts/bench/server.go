@@ -167,3 +167,24 @@ func memoryGiB() int {
 	}
 	return 0
 }
+
+// heapProfile saves the server's heap profile (needs --enable-profiling).
+func (s *server) heapProfile(path string) error {
+	req, _ := http.NewRequest("GET", s.url+"/debug/pprof/heap", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.http().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -27,6 +28,7 @@ import (
 
 	"kplane.dev/kplane/planes/admission"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -117,6 +119,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 
 	planeStorage := planestorage.NewRegistry()
+	// The CRD watch cache shares identical schemas between planes.
+	planeStorage.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
 	genericConfig.RESTOptionsGetter = planeStorage.Wrap(genericConfig.RESTOptionsGetter)
 	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: genericConfig.Authentication.Authenticator}
 	if genericConfig.Authorization.Authorizer, err = newAuthorizer(nil); err != nil {

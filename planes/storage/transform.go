@@ -1,0 +1,101 @@
+package storage
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Transform rewrites, in place, an object freshly decoded from the
+// datastore before the watch cache keeps it. It must not change what the
+// object means: its use is to share identical parts between objects of
+// many planes (the schemas of identical CRDs).
+type Transform func(obj runtime.Object)
+
+// cachedStorage is the upstream cached storage (a watch cache in front of
+// the datastore) with transform applied to every object the cache loads.
+// Reads that bypass the cache and all writes use the datastore as is.
+func cachedStorage(transform Transform) generic.StorageDecorator {
+	return func(
+		config *storagebackend.ConfigForResource,
+		resourcePrefix string,
+		keyFunc func(obj runtime.Object) (string, error),
+		newFunc func() runtime.Object,
+		newListFunc func() runtime.Object,
+		getAttrsFunc storage.AttrFunc,
+		triggerFuncs storage.IndexerFuncs,
+		indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		if err != nil {
+			return nil, nil, err
+		}
+		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
+			Storage:             &transforming{Interface: raw, transform: transform},
+			Versioner:           storage.APIObjectVersioner{},
+			GroupResource:       config.GroupResource,
+			EventsHistoryWindow: config.EventsHistoryWindow,
+			ResourcePrefix:      resourcePrefix,
+			KeyFunc:             keyFunc,
+			NewFunc:             newFunc,
+			NewListFunc:         newListFunc,
+			GetAttrsFunc:        getAttrsFunc,
+			IndexerFuncs:        triggerFuncs,
+			Indexers:            indexers,
+			Codec:               config.Codec,
+		})
+		if err != nil {
+			destroyRaw()
+			return nil, nil, err
+		}
+		delegator := cacherstorage.NewCacheDelegator(cacher, raw)
+		return delegator, func() {
+			delegator.Stop()
+			cacher.Stop()
+			destroyRaw()
+		}, nil
+	}
+}
+
+// transforming applies a Transform to what the watch cache reads.
+type transforming struct {
+	storage.Interface
+	transform Transform
+}
+
+func (t *transforming) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if err := t.Interface.GetList(ctx, key, opts, listObj); err != nil {
+		return err
+	}
+	return meta.EachListItem(listObj, func(obj runtime.Object) error {
+		t.transform(obj)
+		return nil
+	})
+}
+
+func (t *transforming) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	w, err := t.Interface.Watch(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		if ev.Object != nil && ev.Type != watch.Error && ev.Type != watch.Bookmark {
+			obj := ev.Object
+			// The datastore watch wraps objects (with the time they were
+			// recorded); transform the object inside.
+			if wrapped, ok := obj.(interface{ Unwrap() runtime.Object }); ok {
+				obj = wrapped.Unwrap()
+			}
+			t.transform(obj)
+		}
+		return ev, true
+	}), nil
+}
