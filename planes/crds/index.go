@@ -41,7 +41,7 @@ type Index struct {
 	byPlane map[string]*planeCRDs
 	// users counts the entries per content hash; a handler whose hash has
 	// no user left is torn down.
-	users   map[string]int
+	users map[string]int
 	// specs holds one v1 spec per content hash, shared by every plane's
 	// entry with that content: a CRD's schema is the bulk of its memory.
 	specs   map[string]*apiextensionsv1.CustomResourceDefinitionSpec
