@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	goruntime "runtime"
 	"sync"
+	"unsafe"
 	"weak"
 
 	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -23,11 +24,17 @@ import (
 type Schemas struct {
 	mu     sync.Mutex
 	byHash map[[32]byte]weak.Pointer[apiextensionsinternal.JSONSchemaProps]
+	// fields interns the managed-fields sets, which list every field of the
+	// schema and are identical for identical CRDs applied the same way.
+	fields map[[32]byte]weak.Pointer[byte]
 }
 
 // NewSchemas returns an empty intern table.
 func NewSchemas() *Schemas {
-	return &Schemas{byHash: map[[32]byte]weak.Pointer[apiextensionsinternal.JSONSchemaProps]{}}
+	return &Schemas{
+		byHash: map[[32]byte]weak.Pointer[apiextensionsinternal.JSONSchemaProps]{},
+		fields: map[[32]byte]weak.Pointer[byte]{},
+	}
 }
 
 // Intern replaces, in place, every schema of a freshly decoded CRD by the
@@ -45,6 +52,33 @@ func (s *Schemas) Intern(obj runtime.Object) {
 			v.OpenAPIV3Schema = s.intern(v.OpenAPIV3Schema)
 		}
 	}
+	for i := range crd.ManagedFields {
+		if f := crd.ManagedFields[i].FieldsV1; f != nil && len(f.Raw) > 256 {
+			f.Raw = s.internBytes(f.Raw)
+		}
+	}
+}
+
+// internBytes returns the held byte slice equal to raw, if any. The weak
+// pointer is to the first byte: it keeps track of the backing array, which
+// lives as long as any object's slice points into it.
+func (s *Schemas) internBytes(raw []byte) []byte {
+	key := sha256.Sum256(raw)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held := s.fields[key].Value(); held != nil {
+		return unsafe.Slice(held, len(raw))
+	}
+	first := &raw[0]
+	s.fields[key] = weak.Make(first)
+	goruntime.AddCleanup(first, func(k [32]byte) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.fields[k].Value() == nil {
+			delete(s.fields, k)
+		}
+	}, key)
+	return raw
 }
 
 func (s *Schemas) intern(schema *apiextensionsinternal.JSONSchemaProps) *apiextensionsinternal.JSONSchemaProps {

@@ -66,11 +66,7 @@ func ptrBool(v bool) *bool { return &v }
 // crdDensity installs the same CRDs and CRsPerCRD custom resources in every
 // plane and reports the marginal memory per plane.
 func crdDensity(binary string, p crdParams) (Result, error) {
-	var args []string
-	if p.ProfileDir != "" {
-		args = append(args, "--enable-profiling")
-	}
-	s, err := startServer(binary, args...)
+	s, err := startServer(binary)
 	if err != nil {
 		return Result{}, err
 	}

@@ -140,9 +140,14 @@ func datastoreName(ep string) string {
 	return ep
 }
 
-// settle lets the server's garbage collector catch up, then reads its
-// resident memory and Go heap in use.
+// settle runs the server's garbage collector (through the profiling
+// endpoint, so that what is counted is live data and not garbage of the
+// load that just ran), waits, then reads its resident memory and Go heap
+// in use.
 func settle(s *server) (rss, heap float64, err error) {
+	if err = s.collectGarbage(); err != nil {
+		return
+	}
 	time.Sleep(3 * time.Second)
 	if rss, err = s.rssBytes(); err != nil {
 		return
