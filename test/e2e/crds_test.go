@@ -169,6 +169,19 @@ spec:
 	if groups := s.MustKubectl(t, b, "", "get", "--raw", "/clusters/"+b+"/control-plane/apis"); strings.Contains(groups, "ray.example.com") {
 		t.Errorf("plane %s /apis lists ray.example.com", b)
 	}
+	for plane, want := range map[string]bool{a: true, b: false} {
+		v2 := s.MustKubectl(t, plane, "", "get", "--raw", "/clusters/"+plane+"/control-plane/openapi/v2")
+		if got := strings.Contains(v2, "com.example.ray.v1.RayService"); got != want {
+			t.Errorf("OpenAPI v2 of %s has the RayService definition: %v, want %v", plane, got, want)
+		}
+		v3 := s.MustKubectl(t, plane, "", "get", "--raw", "/clusters/"+plane+"/control-plane/openapi/v3")
+		if got := strings.Contains(v3, "apis/ray.example.com/v1"); got != want {
+			t.Errorf("OpenAPI v3 index of %s lists ray.example.com/v1: %v, want %v", plane, got, want)
+		}
+		if !strings.Contains(v3, "/clusters/"+plane+"/control-plane/openapi/v3/api/v1?hash=") {
+			t.Errorf("OpenAPI v3 index of %s does not point into the plane: %s", plane, truncate(v3, 300))
+		}
+	}
 
 	// The same CRD with a different schema in plane b behaves per b's schema.
 	strict := strings.Replace(string(crdYAML), "pattern: '^https://'", "pattern: '^s3://'", 1)
