@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"kplane.dev/kplane/server"
+	kplanecli "kplane.dev/kplane/server/cli"
 	"kplane.dev/kplane/server/version"
 )
 
@@ -27,7 +28,8 @@ func main() {
 		Version: version.Version,
 		Commands: []*cli.Command{
 			serverCommand(),
-			kubeconfigCommand(),
+			kplanecli.KubeconfigCommand(),
+			kplanecli.PlanesCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }
@@ -69,6 +71,10 @@ func serverCommand() *cli.Command {
 				Usage: "range every plane allocates NodePorts from"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Destination: &logLevel, EnvVars: []string{"KPLANE_LOG_LEVEL"},
 				Usage: "debug, info, warn or error"},
+			&cli.IntFlag{Name: "max-planes", Destination: &o.MaxPlanes, EnvVars: []string{"KPLANE_MAX_PLANES"},
+				Usage: "the most planes the server holds (0: no limit)"},
+			&cli.StringFlag{Name: "plane-bootstrap", Value: o.PlaneBootstrap, Destination: &o.PlaneBootstrap, EnvVars: []string{"KPLANE_PLANE_BOOTSTRAP"},
+				Usage: "RBAC a new plane starts with: minimal (cluster-admin, admin, edit, view, discovery roles) or full (the upstream bootstrap policy)"},
 			&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
 				Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
 			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},

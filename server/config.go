@@ -13,6 +13,7 @@ import (
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/datastore/etcd"
+	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
 )
@@ -167,6 +168,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy, _ := bootstrap.ParsePolicy(c.Options.PlaneBootstrap)
 	apiConfig := &apiserver.Config{
 		BindAddress:       c.BindAddress,
 		Port:              c.Options.HTTPSPort,
@@ -184,6 +186,10 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxRequestsInFlight:         c.Options.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,
+		CACert:                      c.CA.PEM,
+		AdminUser:                   credentials.AdminUser,
+		MaxPlanes:                   c.Options.MaxPlanes,
+		PlaneBootstrap:              policy,
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

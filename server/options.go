@@ -10,6 +10,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"kplane.dev/kplane/datastore"
+	"kplane.dev/kplane/planes/bootstrap"
 )
 
 // Options are the user-facing settings of `kplane server`; every one is a
@@ -33,6 +34,11 @@ type Options struct {
 	MaxMutatingRequestsInFlight int
 
 	EnableProfiling bool
+
+	// MaxPlanes caps the number of planes (0: no limit).
+	MaxPlanes int
+	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
+	PlaneBootstrap string
 }
 
 // NewOptions returns the defaults.
@@ -45,6 +51,7 @@ func NewOptions() *Options {
 		NodePortRange:               "30000-32767",
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
+		PlaneBootstrap:              "minimal",
 	}
 }
 
@@ -77,6 +84,12 @@ func (o *Options) Validate() error {
 	}
 	if _, err := utilnet.ParsePortRange(o.NodePortRange); err != nil {
 		errs = append(errs, fmt.Sprintf("--service-node-port-range %q: %v", o.NodePortRange, err))
+	}
+	if o.MaxPlanes < 0 {
+		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
+	}
+	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
 		errs = append(errs, err.Error())

@@ -3,24 +3,36 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
 )
 
 // SystemNamespaces exist in every plane.
 var SystemNamespaces = []string{
-	metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, "kube-node-lease",
+	metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease,
 }
+
+// RootCAConfigMap is the ConfigMap every namespace gets with the CA that
+// signs the server's certificate.
+const RootCAConfigMap = "kube-root-ca.crt"
 
 // NamespaceStore is the part of the namespace registry bootstrap writes
 // through.
@@ -29,17 +41,36 @@ type NamespaceStore interface {
 	rest.Creater
 }
 
+// Config says what a plane starts with and where to write it.
+type Config struct {
+	Namespaces NamespaceStore
+	// Services allocates the kubernetes Service's address in the plane.
+	Services rest.Creater
+	// Stores returns the plane-scoped storage of a core or RBAC resource;
+	// objects without allocation are written straight to it.
+	Stores func(resource string) *planestorage.Store
+	// CACert goes into every kube-root-ca.crt ConfigMap.
+	CACert []byte
+	// ServiceIP is the ClusterIP of default/kubernetes.
+	ServiceIP net.IP
+	// ServicePort is the port the kubernetes Service forwards to.
+	ServicePort int32
+	// Policy is the RBAC every plane starts with.
+	Policy Policy
+}
+
 // Bootstrapper ensures planes are bootstrapped.
 type Bootstrapper struct {
-	namespaces NamespaceStore
+	config Config
+	rbac   rbacObjects
 
 	known sync.Map // plane id -> struct{}
 	group singleflight.Group
 }
 
-// New returns a Bootstrapper writing through the namespace registry.
-func New(namespaces NamespaceStore) *Bootstrapper {
-	return &Bootstrapper{namespaces: namespaces}
+// New returns a Bootstrapper.
+func New(config Config) *Bootstrapper {
+	return &Bootstrapper{config: config, rbac: policyObjects(config.Policy)}
 }
 
 // Known reports whether plane was bootstrapped by this process.
@@ -53,7 +84,8 @@ func (b *Bootstrapper) Known(plane string) bool {
 func (b *Bootstrapper) Forget(plane string) { b.known.Delete(plane) }
 
 // Ensure bootstraps plane unless this process already did. It returns once
-// every bootstrap object exists.
+// every bootstrap object exists. It is idempotent: after a restart it only
+// writes what is missing.
 func (b *Bootstrapper) Ensure(ctx context.Context, plane string) error {
 	if b.Known(plane) {
 		return nil
@@ -84,28 +116,118 @@ func (b *Bootstrapper) bootstrap(ctx context.Context) error {
 	for _, name := range SystemNamespaces {
 		g.Go(func() error { return b.ensureNamespace(gctx, name) })
 	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	g, gctx = errgroup.WithContext(ctx)
+	g.Go(func() error { return b.ensureKubernetesService(gctx) })
+	for _, ns := range SystemNamespaces {
+		g.Go(func() error { return b.write(gctx, "configmaps", b.rootCA(ns)) })
+	}
+	for _, obj := range b.rbac.all() {
+		g.Go(func() error { return b.write(gctx, obj.resource, obj.object) })
+	}
 	return g.Wait()
 }
 
 func (b *Bootstrapper) ensureNamespace(ctx context.Context, name string) error {
-	if _, err := b.namespaces.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"}); err == nil {
+	if _, err := b.config.Namespaces.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"}); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
 	ns := &api.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	_, err := b.namespaces.Create(createContext(ctx, "namespaces", name), ns, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	_, err := b.config.Namespaces.Create(createContext(ctx, "", "namespaces", name), ns, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
 	return err
 }
 
+// ensureKubernetesService writes default/kubernetes through the Service
+// registry, which allocates its ClusterIP in the plane.
+func (b *Bootstrapper) ensureKubernetesService(ctx context.Context) error {
+	if b.config.Services == nil {
+		return nil
+	}
+	if s := b.config.Stores("services"); s != nil && exists(ctx, s, s.ResourcePrefix()+"/default/kubernetes") {
+		return nil
+	}
+	versioned := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
+		Spec: corev1.ServiceSpec{
+			Type:            corev1.ServiceTypeClusterIP,
+			ClusterIP:       b.config.ServiceIP.String(),
+			SessionAffinity: corev1.ServiceAffinityNone,
+			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443,
+				TargetPort: intstr.FromInt32(b.config.ServicePort)}},
+		},
+	}
+	// Defaults are applied by the API handler on decode; this object does
+	// not pass through it.
+	legacyscheme.Scheme.Default(versioned)
+	svc := &api.Service{}
+	if err := legacyscheme.Scheme.Convert(versioned, svc, nil); err != nil {
+		return err
+	}
+	_, err := b.config.Services.Create(createContext(ctx, metav1.NamespaceDefault, "services", "kubernetes"), svc,
+		rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func (b *Bootstrapper) rootCA(namespace string) runtime.Object {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap, Namespace: namespace},
+		Data:       map[string]string{"ca.crt": string(b.config.CACert)},
+	}
+}
+
+// write stores a versioned object straight into the plane's storage unless
+// it is there: bootstrap objects are the server's own and need no
+// admission; going around the registries keeps a plane's birth cheap.
+func (b *Bootstrapper) write(ctx context.Context, resource string, versioned runtime.Object) error {
+	s := b.config.Stores(resource)
+	if s == nil {
+		return fmt.Errorf("no storage for %s", resource)
+	}
+	internal := s.New()
+	legacyscheme.Scheme.Default(versioned)
+	if err := legacyscheme.Scheme.Convert(versioned, internal, nil); err != nil {
+		return err
+	}
+	accessor, err := meta.Accessor(internal)
+	if err != nil {
+		return err
+	}
+	key := s.ResourcePrefix() + "/" + accessor.GetName()
+	if ns := accessor.GetNamespace(); ns != "" {
+		key = s.ResourcePrefix() + "/" + ns + "/" + accessor.GetName()
+	}
+	if exists(ctx, s, key) {
+		return nil
+	}
+	rest.FillObjectMetaSystemFields(accessor)
+	err = s.Create(ctx, key, internal, s.New(), 0)
+	if storage.IsExist(err) {
+		return nil
+	}
+	return err
+}
+
+func exists(ctx context.Context, s *planestorage.Store, key string) bool {
+	return s.Get(ctx, key, storage.GetOptions{ResourceVersion: "0"}, s.New()) == nil
+}
+
 // createContext is what the registry expects to find in the context of a
 // create that the API handler would otherwise have set up.
-func createContext(ctx context.Context, resource, name string) context.Context {
-	ctx = genericapirequest.WithNamespace(ctx, "")
+func createContext(ctx context.Context, namespace, resource, name string) context.Context {
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	return genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{
-		IsResourceRequest: true, Verb: "create", APIVersion: "v1", Resource: resource, Name: name,
+		IsResourceRequest: true, Verb: "create", APIVersion: "v1", Resource: resource, Name: name, Namespace: namespace,
 	})
 }
+

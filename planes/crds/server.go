@@ -79,6 +79,19 @@ func (s *Server) Run(ctx context.Context) {
 // server runs); plane documents with CRDs are merged into it.
 func (s *Server) SetStaticOpenAPI(f func() *spec.Swagger) { s.openapi.staticV2 = f }
 
+// EnsureStorages builds the custom-resource storage of every CRD of plane,
+// so that a plane being deleted can be wiped of its custom resources even
+// if none was served since the server started.
+func (s *Server) EnsureStorages(_ context.Context, plane string) error {
+	entries, _ := s.index.List(plane)
+	for _, e := range entries {
+		if _, err := s.handlers.storage(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // HasSynced is closed once every stored CRD is known.
 func (s *Server) HasSynced() <-chan struct{} { return s.index.HasSynced() }
 

@@ -173,8 +173,8 @@ func (r *REST) seed(ctx context.Context, pools allocators) error {
 	return nil
 }
 
-// Forget drops the write registry of a deleted plane.
-func (r *REST) Forget(plane string) {
+// ForgetPlane drops the write registry of a deleted plane.
+func (r *REST) ForgetPlane(plane string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.byPlane, plane)

@@ -31,6 +31,22 @@ type Registry struct {
 	mu         sync.Mutex
 	shared     map[string]*sharedStorage
 	transforms map[schema.GroupResource]Transform
+	onNew      []func(*Store)
+}
+
+// OnNewStore calls f with every storage built so far and every storage
+// built from now on (custom resources appear while the server runs).
+func (r *Registry) OnNewStore(f func(*Store)) {
+	r.mu.Lock()
+	r.onNew = append(r.onNew, f)
+	existing := make([]*Store, 0, len(r.shared))
+	for _, s := range r.shared {
+		existing = append(existing, s.store)
+	}
+	r.mu.Unlock()
+	for _, s := range existing {
+		f(s)
+	}
 }
 
 // NewRegistry returns an empty registry.
@@ -153,6 +169,9 @@ func (r *Registry) decorate(resource schema.GroupResource, inner generic.Storage
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, newFunc: newFunc, newListFunc: newListFunc}
 		r.shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
+		for _, f := range r.onNew {
+			go f(store)
+		}
 		return store, r.release(key), nil
 	}
 }

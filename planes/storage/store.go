@@ -31,6 +31,9 @@ func (s *Store) Resource() schema.GroupResource { return s.resource }
 // ResourcePrefix is the storage prefix of the resource ("/pods").
 func (s *Store) ResourcePrefix() string { return s.resourcePrefix }
 
+// New returns an empty object of the resource's internal type.
+func (s *Store) New() runtime.Object { return s.newFunc() }
+
 // NewList returns an empty list object of the resource's internal type.
 func (s *Store) NewList() runtime.Object { return s.newListFunc() }
 

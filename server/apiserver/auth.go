@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/union"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/auth"
 )
 
 // publicPaths answer without credentials, on the root plane only: health
@@ -67,17 +68,15 @@ func hasCredentials(req *http.Request) bool {
 // (the admin credential and the loopback client) may do anything in every
 // plane; everyone may read the public paths; everything else is decided by
 // the plane's own authorization.
-func newAuthorizer(plane authorizer.Authorizer) (authorizer.Authorizer, error) {
+func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorizer.Authorizer, error) {
 	public, err := authzpath.NewAuthorizer(publicPaths)
 	if err != nil {
 		return nil, err
 	}
-	chain := []union.NamedAuthorizer{
-		{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
-		{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
-	}
-	if plane != nil {
-		chain = append(chain, union.NamedAuthorizer{AuthorizerName: "kplane.dev/plane", Authorizer: plane})
-	}
-	return union.New(chain...)
+	return union.New(
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/impersonation", Authorizer: authorizer.AuthorizerFunc(auth.ImpersonationGuard{PrivilegedUsers: []string{adminUser}}.Authorize)},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/rbac", Authorizer: planeRBAC},
+	)
 }

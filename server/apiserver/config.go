@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -26,7 +33,10 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/subjectrestriction"
 	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
 
+	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/admission"
+	"kplane.dev/kplane/planes/auth"
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/loopback"
@@ -63,6 +73,16 @@ type Config struct {
 
 	// EnableProfiling serves /debug/pprof on the root plane (admin only).
 	EnableProfiling bool
+
+	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
+	CACert []byte
+	// AdminUser is the name of the admin identity; nobody but
+	// system:masters may impersonate it.
+	AdminUser string
+	// MaxPlanes caps the number of planes (0: no limit).
+	MaxPlanes int
+	// PlaneBootstrap is the RBAC policy new planes start with.
+	PlaneBootstrap bootstrap.Policy
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -85,7 +105,9 @@ type completedConfig struct {
 	options      cpoptions.CompletedOptions
 	storage      *planestorage.Registry
 	namespaces   *admission.LateNamespaceGetter
-	boot         *lateBootstrapper
+	planeCount   *admission.LatePlaneCounter
+	saRegistries *auth.ServiceAccountRegistries
+	lifecycle    *lateLifecycle
 	crds         *lateCRDs
 	crdGetters   crdGetters
 }
@@ -97,7 +119,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	namespaces := &admission.LateNamespaceGetter{}
-	opts, err := c.upstreamOptions(namespaces)
+	planeCount := &admission.LatePlaneCounter{}
+	opts, err := c.upstreamOptions(namespaces, planeCount)
 	if err != nil {
 		return CompletedConfig{}, err
 	}
@@ -122,15 +145,27 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	// The CRD watch cache shares identical schemas between planes.
 	planeStorage.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
 	genericConfig.RESTOptionsGetter = planeStorage.Wrap(genericConfig.RESTOptionsGetter)
-	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: genericConfig.Authentication.Authenticator}
-	if genericConfig.Authorization.Authorizer, err = newAuthorizer(nil); err != nil {
+	saRegistries := &auth.ServiceAccountRegistries{}
+	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences, saRegistries)
+	if err != nil {
 		return CompletedConfig{}, err
 	}
-	boot := &lateBootstrapper{}
+	// Like every upstream authenticator, the service-account one adds
+	// system:authenticated to the groups.
+	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: unionauth.New(
+		genericConfig.Authentication.Authenticator, group.NewAuthenticatedGroupAdder(bearertoken.New(saTokens)))}
+	rbac := auth.NewRBAC(func(resource string) *planestorage.Store {
+		return planeStorage.Storage(rbacv1.Resource(resource))
+	})
+	genericConfig.RuleResolver = rbac
+	if genericConfig.Authorization.Authorizer, err = newAuthorizer(c.AdminUser, rbac); err != nil {
+		return CompletedConfig{}, err
+	}
+	planeLifecycle := &lateLifecycle{}
 	customResources := &lateCRDs{}
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		handler := customResources.filter(apiHandler)
-		handler = bootstrap.WithBootstrap(handler, boot, gc.Serializer)
+		handler = planeLifecycle.filter(handler, gc.Serializer)
 		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
 		return routing.WithRouting(handler, gc.Serializer)
 	}
@@ -159,7 +194,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		options:      completed,
 		storage:      planeStorage,
 		namespaces:   namespaces,
-		boot:         boot,
+		planeCount:   planeCount,
+		saRegistries: saRegistries,
+		lifecycle:    planeLifecycle,
 		crds:         customResources,
 		crdGetters: crdGetters{
 			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
@@ -170,7 +207,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 
 // upstreamOptions translates Config into the options kube-apiserver's
 // generic control plane is built from.
-func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter) (*cpoptions.Options, error) {
+func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCount admission.PlaneCounter) (*cpoptions.Options, error) {
 	o := cpoptions.NewOptions()
 
 	o.SecureServing.BindAddress = c.BindAddress
@@ -208,10 +245,13 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter) (*cpoptio
 	// Admission: only plugins that are plane-safe as is, plus kplane's
 	// plane-aware NamespaceLifecycle. Plugins that read cluster state
 	// through informers would see the root plane only.
-	lifecycle := admission.NewNamespaceLifecycle(namespaces)
-	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, lifecycle.Factory())
+	nsLifecycle := admission.NewNamespaceLifecycle(namespaces)
+	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
+	planesPlugin := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes, planeCount)
+	o.Admission.GenericAdmission.Plugins.Register(admission.PlanesPluginName, planesPlugin.Factory())
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
+		admission.PlanesPluginName,
 		defaulttolerationseconds.PluginName,
 		approval.PluginName,
 		signing.PluginName,
@@ -269,10 +309,58 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	})
 
-	namespaces := namespaceGetter{core.registries.Namespaces}
-	c.namespaces.Set(namespaces)
-	boot := bootstrap.New(core.registries.Namespaces)
-	c.boot.set(boot)
+	c.namespaces.Set(namespaceGetter{core.registries.Namespaces})
+	c.saRegistries.ServiceAccounts = core.registries.ServiceAccounts
+	c.saRegistries.Pods = core.registries.Pods
+	c.saRegistries.Secrets = core.registries.Secrets
+	c.saRegistries.Nodes = core.registries.Nodes
+
+	coreStores := func(resource string) *planestorage.Store {
+		if gr := (schema.GroupResource{Group: rbacv1.GroupName, Resource: resource}); strings.HasPrefix(resource, "cluster") || strings.HasPrefix(resource, "role") {
+			return c.storage.Storage(gr)
+		}
+		return c.storage.Storage(schema.GroupResource{Resource: resource})
+	}
+	boot := bootstrap.New(bootstrap.Config{
+		Namespaces:  core.registries.Namespaces,
+		Services:    core.registries.Services,
+		Stores:      coreStores,
+		CACert:      c.config.CACert,
+		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
+		ServicePort: int32(c.config.Port),
+		Policy:      c.config.PlaneBootstrap,
+	})
+
+	manager, err := lifecycle.New(lifecycle.Config{
+		Loopback:        loopbackConfig,
+		Bootstrapper:    boot,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		Storage:         c.storage,
+		Counts:          planestorage.NewCounts(),
+		CustomResources: customResources,
+		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.planeCount.PlaneCounter = manager
+	c.lifecycle.m.Store(manager)
+
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
+		return boot.Ensure(ctx, planes.Root)
+	})
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-root-crds", func(ctx genericapiserver.PostStartHookContext) error {
+		return installRootCRDs(ctx, loopbackConfig)
+	})
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-planes", func(ctx genericapiserver.PostStartHookContext) error {
+		if err := waitForRootCRDs(ctx, loopbackConfig); err != nil {
+			return err
+		}
+		go manager.Run(ctx)
+		return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+			return manager.HasSynced(), nil
+		})
+	})
 
 	s := &Server{
 		GenericAPIServer: server.GenericAPIServer,
@@ -280,9 +368,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Storage:          c.storage,
 		Core:             core.registries,
 		CRDs:             customResources,
+		Planes:           manager,
 	}
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
-		return boot.Ensure(ctx, "root")
-	})
 	return s, nil
 }

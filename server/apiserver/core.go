@@ -48,8 +48,12 @@ type coreProvider struct {
 // CoreRegistries exposes the core registries other plane glue writes
 // through (bootstrap, admission).
 type CoreRegistries struct {
-	Namespaces NamespaceRegistry
-	Services   *services.REST
+	Namespaces      NamespaceRegistry
+	Services        *services.REST
+	ServiceAccounts rest.Getter
+	Pods            rest.Getter
+	Secrets         rest.Getter
+	Nodes           rest.Getter
 }
 
 // NamespaceRegistry is what the plane glue needs of the namespace registry.
@@ -194,6 +198,9 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 	if !ok {
 		return info, fmt.Errorf("namespaces registry is not served; every plane needs it")
 	}
-	p.registries = &CoreRegistries{Namespaces: namespaces, Services: svc}
+	saGetter, _ := storage["serviceaccounts"].(rest.Getter)
+	secrets, _ := storage["secrets"].(rest.Getter)
+	p.registries = &CoreRegistries{Namespaces: namespaces, Services: svc, ServiceAccounts: saGetter,
+		Pods: pods.Pod, Secrets: secrets, Nodes: nodes.Node}
 	return info, nil
 }

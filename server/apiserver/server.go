@@ -2,7 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"net/http"
 	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,7 +15,9 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	api "k8s.io/kubernetes/pkg/apis/core"
 
+	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/crds"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
@@ -22,6 +29,7 @@ type Server struct {
 	Storage          *planestorage.Registry
 	Core             *CoreRegistries
 	CRDs             *crds.Server
+	Planes           *lifecycle.Manager
 }
 
 // Run serves until ctx is done, then shuts down gracefully: it stops
@@ -30,25 +38,25 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
 
-// lateBootstrapper lets the handler chain be built before the registries
-// the bootstrapper writes through exist.
-type lateBootstrapper struct {
-	b atomic.Pointer[bootstrap.Bootstrapper]
+// lateLifecycle lets the handler chain be built before the plane manager
+// exists; until it does, planes other than root answer 503.
+type lateLifecycle struct {
+	m atomic.Pointer[lifecycle.Manager]
 }
 
-func (l *lateBootstrapper) set(b *bootstrap.Bootstrapper) { l.b.Store(b) }
-
-func (l *lateBootstrapper) Known(plane string) bool {
-	b := l.b.Load()
-	return b != nil && b.Known(plane)
-}
-
-func (l *lateBootstrapper) Ensure(ctx context.Context, plane string) error {
-	b := l.b.Load()
-	if b == nil {
-		return apierrors.NewServiceUnavailable("the server is starting")
-	}
-	return b.Ensure(ctx, plane)
+func (l *lateLifecycle) filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if m := l.m.Load(); m != nil {
+			m.Filter(next, serializer).ServeHTTP(w, req)
+			return
+		}
+		if plane, _ := planes.FromContext(req.Context()); plane != planes.Root {
+			responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("the server is starting"), serializer,
+				schema.GroupVersion{Version: "v1"}, w, req)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // namespaceGetter reads namespaces through the namespace registry.

@@ -1,0 +1,13 @@
+// Package auth authenticates and authorizes requests inside the plane they
+// address:
+//
+//   - service-account tokens carry their plane in the issuer and are
+//     verified against the plane of the request, with the service account
+//     (and bound pod or secret) looked up in that plane: a token of plane A
+//     is never valid in plane B, even for a same-named service account;
+//   - the upstream RBAC authorizer is evaluated over the plane's own roles
+//     and bindings, read from the shared watch caches (no informers);
+//   - impersonation of privileged identities (system:masters, the
+//     apiserver, the admin user) is refused to everyone but system:masters,
+//     so a plane's cluster-admin never gains power beyond its plane.
+package auth

@@ -1,0 +1,93 @@
+package lifecycle
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"kplane.dev/kplane/planes"
+)
+
+// probePaths answer for an existing plane without creating one.
+var probePaths = []string{"/readyz", "/livez", "/healthz", "/version"}
+
+func isProbe(path string) bool {
+	for _, p := range probePaths {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Filter runs inside the handler chain, after authentication and
+// authorization of the request itself:
+//
+//   - probes of a plane answer 404 for an unknown plane and, on /readyz,
+//     503 until the plane is bootstrapped;
+//   - the first request to an unknown plane provisions it when its user may
+//     create planes in the root plane, and answers 404 otherwise;
+//   - requests to a plane being deleted are refused; watches open in it are
+//     ended when the deletion starts.
+func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx := req.Context()
+		plane, ok := planes.FromContext(ctx)
+		if !ok || plane == planes.Root {
+			next.ServeHTTP(w, req)
+			return
+		}
+		phase, exists := m.Phase(plane)
+		if isProbe(req.URL.Path) {
+			switch {
+			case !exists:
+				writeError(w, req, serializer, notFound(plane))
+			case strings.HasPrefix(req.URL.Path, "/readyz") && phase != Ready:
+				http.Error(w, fmt.Sprintf("plane %s is not ready: %s", plane, strings.ToLower(string(phase))), http.StatusServiceUnavailable)
+			default:
+				next.ServeHTTP(w, req)
+			}
+			return
+		}
+		switch {
+		case !exists:
+			u, _ := request.UserFrom(ctx)
+			if err := m.Provision(ctx, u, plane); err != nil {
+				writeError(w, req, serializer, err)
+				return
+			}
+		case phase == Terminating:
+			writeError(w, req, serializer, apierrors.NewConflict(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource},
+				plane, fmt.Errorf("the plane is being deleted")))
+			return
+		case phase == Pending:
+			if err := m.config.Bootstrapper.Ensure(ctx, plane); err != nil {
+				writeError(w, req, serializer, err)
+				return
+			}
+		}
+		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" {
+			tracked, done := m.requests.track(ctx, plane)
+			defer done()
+			req = req.WithContext(tracked)
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+func notFound(plane string) error {
+	return apierrors.NewNotFound(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource}, plane)
+}
+
+func writeError(w http.ResponseWriter, req *http.Request, serializer runtime.NegotiatedSerializer, err error) {
+	if _, ok := err.(apierrors.APIStatus); !ok {
+		err = apierrors.NewInternalError(err)
+	}
+	responsewriters.ErrorNegotiated(err, serializer, schema.GroupVersion{Version: "v1"}, w, req)
+}

@@ -1,0 +1,423 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Finalizer holds a Plane until every object of its plane is deleted.
+const Finalizer = "kplane.dev/plane-cleanup"
+
+// CreatedByAnnotation records who brought a plane into being by using it.
+const CreatedByAnnotation = "kplane.dev/created-by"
+
+// GVR is the Plane resource, in the root plane.
+var GVR = schema.GroupVersionResource{Group: "kplane.dev", Version: "v1", Resource: "planes"}
+
+// Phase is where a plane is in its life.
+type Phase string
+
+const (
+	Pending     Phase = "Pending"
+	Ready       Phase = "Ready"
+	Terminating Phase = "Terminating"
+)
+
+// Bootstrapper writes the objects every plane starts with.
+type Bootstrapper interface {
+	Ensure(ctx context.Context, plane string) error
+	Forget(plane string)
+}
+
+// Forgetter drops what a component keeps for a deleted plane.
+type Forgetter interface {
+	ForgetPlane(plane string)
+}
+
+// Config is what the manager works with.
+type Config struct {
+	// Loopback reaches the root plane as the server (system:masters).
+	Loopback     *rest.Config
+	Bootstrapper Bootstrapper
+	Authorizer   authorizer.Authorizer
+	// Storage holds every resource's plane-scoped storage.
+	Storage *planestorage.Registry
+	// Counts follows the number of objects per plane.
+	Counts *planestorage.Counts
+	// CustomResources builds the storage of a plane's CRDs before the plane
+	// is wiped (they may not be served since the last restart).
+	CustomResources interface {
+		EnsureStorages(ctx context.Context, plane string) error
+	}
+	// Forget is told about every deleted plane.
+	Forget []Forgetter
+	// StatusInterval is how often object counts are written to status.
+	StatusInterval time.Duration
+}
+
+// state is what the manager knows of one plane.
+type state struct {
+	phase       Phase
+	uid         types.UID
+	terminating bool
+	// statusCount is the object count last written to the Plane status.
+	statusCount int64
+}
+
+// Manager keeps the planes.
+type Manager struct {
+	config   Config
+	planes   dynamic.NamespaceableResourceInterface
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+	requests *tracker
+
+	mu    sync.RWMutex
+	state map[string]*state
+}
+
+// New returns a manager; Run starts it.
+func New(config Config) (*Manager, error) {
+	client, err := dynamic.NewForConfig(config.Loopback)
+	if err != nil {
+		return nil, err
+	}
+	if config.StatusInterval == 0 {
+		config.StatusInterval = 10 * time.Second
+	}
+	m := &Manager{
+		config:   config,
+		planes:   client.Resource(GVR),
+		requests: newTracker(),
+		state:    map[string]*state{planes.Root: {phase: Ready}},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"}),
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	m.informer = factory.ForResource(GVR).Informer()
+	if _, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.observe(obj) },
+		UpdateFunc: func(_, obj any) { m.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				m.queue.Add(u.GetName())
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// observe records what a Plane object says and queues it.
+func (m *Manager) observe(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	m.mu.Lock()
+	s := m.state[u.GetName()]
+	if s == nil || s.uid != u.GetUID() {
+		s = &state{phase: Pending, uid: u.GetUID()}
+		m.state[u.GetName()] = s
+	}
+	if Phase(phase) == Ready && s.phase == Pending {
+		s.phase = Ready
+	}
+	if u.GetDeletionTimestamp() != nil {
+		s.terminating = true
+		s.phase = Terminating
+	}
+	m.mu.Unlock()
+	m.queue.Add(u.GetName())
+}
+
+// Phase returns the phase of plane, and false if no such plane exists.
+func (m *Manager) Phase(plane string) (Phase, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s, ok := m.state[plane]
+	if !ok {
+		return "", false
+	}
+	return s.phase, true
+}
+
+// Count is the number of planes (root excluded).
+func (m *Manager) Count() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.state) - 1
+}
+
+// HasSynced reports whether every stored Plane is known.
+func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
+
+// Run keeps the planes until ctx is done.
+func (m *Manager) Run(ctx context.Context) {
+	defer m.queue.ShutDown()
+	go m.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+		return
+	}
+	if err := m.ensureRoot(ctx); err != nil {
+		logrus.WithError(err).Error("creating the root Plane")
+	}
+	m.config.Storage.OnNewStore(func(s *planestorage.Store) { go m.config.Counts.Follow(ctx, s) })
+	for i := 0; i < 4; i++ {
+		go wait.UntilWithContext(ctx, m.worker, time.Second)
+	}
+	go wait.UntilWithContext(ctx, m.writeCounts, m.config.StatusInterval)
+	<-ctx.Done()
+}
+
+// ensureRoot makes the root plane visible as a Plane too.
+func (m *Manager) ensureRoot(ctx context.Context) error {
+	_, err := m.planes.Create(ctx, planeObject(planes.Root, nil), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+func planeObject(name string, annotations map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": GVR.GroupVersion().String(), "kind": "Plane",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{},
+	}}
+	u.SetAnnotations(annotations)
+	return u
+}
+
+func (m *Manager) worker(ctx context.Context) {
+	for {
+		name, shutdown := m.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := m.reconcile(ctx, name); err != nil {
+			logrus.WithError(err).WithField("plane", name).Warn("reconciling plane, retrying")
+			m.queue.AddRateLimited(name)
+		} else {
+			m.queue.Forget(name)
+		}
+		m.queue.Done(name)
+	}
+}
+
+func (m *Manager) reconcile(ctx context.Context, name string) error {
+	obj, exists, err := m.informer.GetStore().GetByKey(name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		if name == planes.Root {
+			return nil
+		}
+		// The informer may not have seen a Plane created a moment ago (by a
+		// first request): only the API's word makes a plane gone.
+		if _, err := m.planes.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return err
+		}
+		m.forget(name)
+		return nil
+	}
+	plane := obj.(*unstructured.Unstructured)
+	if plane.GetDeletionTimestamp() != nil {
+		return m.delete(ctx, plane)
+	}
+	phase, _, _ := unstructured.NestedString(plane.Object, "status", "phase")
+	if Phase(phase) == Ready {
+		return nil
+	}
+	if err := m.config.Bootstrapper.Ensure(ctx, name); err != nil {
+		return err
+	}
+	m.setPhase(name, Ready)
+	return m.writeStatus(ctx, name, map[string]any{
+		"phase": string(Ready), "bootstrappedAt": time.Now().UTC().Format(time.RFC3339),
+		"objectCount": m.config.Counts.Plane(name),
+	})
+}
+
+func (m *Manager) setPhase(name string, phase Phase) {
+	m.mu.Lock()
+	if s := m.state[name]; s != nil && !s.terminating {
+		s.phase = phase
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) writeStatus(ctx context.Context, name string, status map[string]any) error {
+	patch := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	data, err := patch.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = m.planes.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// writeCounts refreshes the object count in the status of every plane
+// whose count changed.
+func (m *Manager) writeCounts(ctx context.Context) {
+	m.mu.RLock()
+	var changed []string
+	counts := map[string]int64{}
+	for name, s := range m.state {
+		if s.phase != Ready {
+			continue
+		}
+		n := m.config.Counts.Plane(name)
+		if n != s.statusCount {
+			changed = append(changed, name)
+			counts[name] = n
+		}
+	}
+	m.mu.RUnlock()
+	for _, name := range changed {
+		if err := m.writeStatus(ctx, name, map[string]any{"objectCount": counts[name]}); err == nil {
+			m.mu.Lock()
+			if s := m.state[name]; s != nil {
+				s.statusCount = counts[name]
+			}
+			m.mu.Unlock()
+		}
+	}
+}
+
+// forget drops everything kept for a plane that no longer exists.
+func (m *Manager) forget(name string) {
+	m.mu.Lock()
+	_, known := m.state[name]
+	delete(m.state, name)
+	m.mu.Unlock()
+	if !known {
+		return
+	}
+	m.requests.cancel(name)
+	m.config.Bootstrapper.Forget(name)
+	m.config.Counts.Forget(name)
+	for _, f := range m.config.Forget {
+		f.ForgetPlane(name)
+	}
+}
+
+// Provision brings plane into being for the first request of u, if u may
+// create planes. It returns once the plane is bootstrapped.
+func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) error {
+	decision, _, err := m.config.Authorizer.Authorize(planes.WithPlane(ctx, planes.Root), authorizer.AttributesRecord{
+		User: u, Verb: "create", APIGroup: GVR.Group, APIVersion: GVR.Version, Resource: GVR.Resource,
+		Name: plane, ResourceRequest: true,
+	})
+	if err != nil || decision != authorizer.DecisionAllow {
+		// The same answer as for any plane that does not exist: a caller
+		// who may not create planes learns nothing about them.
+		return apierrors.NewNotFound(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource}, plane)
+	}
+	name := ""
+	if u != nil {
+		name = u.GetName()
+	}
+	_, err = m.planes.Create(ctx, planeObject(plane, map[string]string{CreatedByAnnotation: name}), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	m.mu.Lock()
+	if _, ok := m.state[plane]; !ok {
+		m.state[plane] = &state{phase: Pending}
+	}
+	m.mu.Unlock()
+	if err := m.config.Bootstrapper.Ensure(ctx, plane); err != nil {
+		return err
+	}
+	m.setPhase(plane, Ready)
+	return nil
+}
+
+// delete wipes a plane whose Plane is being deleted, then releases it.
+func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) error {
+	name := plane.GetName()
+	if !hasFinalizer(plane) {
+		return nil
+	}
+	m.mu.Lock()
+	if s := m.state[name]; s != nil {
+		s.terminating, s.phase = true, Terminating
+	}
+	m.mu.Unlock()
+	phase, _, _ := unstructured.NestedString(plane.Object, "status", "phase")
+	if Phase(phase) != Terminating {
+		if err := m.writeStatus(ctx, name, map[string]any{"phase": string(Terminating)}); err != nil {
+			return err
+		}
+	}
+	began := time.Now()
+	closed := m.requests.cancel(name)
+	deleted, err := m.wipe(ctx, name)
+	if err != nil {
+		return err
+	}
+	m.config.Bootstrapper.Forget(name)
+	logrus.WithFields(logrus.Fields{"plane": name, "objects": deleted, "requestsClosed": closed,
+		"took": time.Since(began).Round(time.Millisecond).String()}).Info("plane deleted")
+	return m.removeFinalizer(ctx, plane)
+}
+
+func hasFinalizer(u *unstructured.Unstructured) bool {
+	for _, f := range u.GetFinalizers() {
+		if f == Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) removeFinalizer(ctx context.Context, plane *unstructured.Unstructured) error {
+	var kept []string
+	for _, f := range plane.GetFinalizers() {
+		if f != Finalizer {
+			kept = append(kept, f)
+		}
+	}
+	patch := map[string]any{"metadata": map[string]any{"finalizers": kept, "resourceVersion": plane.GetResourceVersion()}}
+	data, err := (&unstructured.Unstructured{Object: patch}).MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = m.planes.Patch(ctx, plane.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("releasing Plane %s: %w", plane.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// wipe deletes every object of plane, in every resource, straight from
+// storage: a deleted plane keeps nothing, whatever finalizers its objects
+// carry. It returns the number of objects deleted.
+func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
+	pctx := planes.WithPlane(ctx, plane)
+	// Custom resources are stored under their CRD's storage, which exists
+	// only once the CRD has been served since the server started.
+	if m.config.CustomResources != nil {
+		if err := m.config.CustomResources.EnsureStorages(ctx, plane); err != nil {
+			return 0, err
+		}
+	}
+	total := 0
+	// Two passes: objects written while the first ran (by a controller that
+	// had not yet seen the plane go) are caught by the second.
+	for pass := 0; pass < 2; pass++ {
+		for _, s := range m.config.Storage.Stores() {
+			n, err := wipeStore(pctx, s)
+			if err != nil {
+				return total, fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
+			}
+			total += n
+		}
+	}
+	return total, nil
+}
+
+func wipeStore(ctx context.Context, s *planestorage.Store) (int, error) {
+	list := s.NewList()
+	// A consistent read: what the datastore holds, not what a cache has seen.
+	if err := s.GetList(ctx, s.ResourcePrefix(), storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := meta.EachListItem(list, func(obj runtime.Object) error {
+		accessor, err := meta.Accessor(obj)
+		if err != nil {
+			return err
+		}
+		key := s.ResourcePrefix() + "/" + accessor.GetName()
+		if ns := accessor.GetNamespace(); ns != "" {
+			key = s.ResourcePrefix() + "/" + ns + "/" + accessor.GetName()
+		}
+		err = s.Delete(ctx, key, s.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+		if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
+}

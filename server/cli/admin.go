@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/server"
+)
+
+// adminFlags locate the admin kubeconfig of a server.
+func adminFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data-dir", Value: server.DefaultDataDir(), EnvVars: []string{"KPLANE_DATA_DIR"},
+			Usage: "data directory of the server (its admin.kubeconfig is used)"},
+		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KPLANE_KUBECONFIG"},
+			Usage: "admin kubeconfig (default <data-dir>/admin.kubeconfig)"},
+	}
+}
+
+// admin is the admin kubeconfig and its root-plane client config.
+type admin struct {
+	raw    *clientcmdapi.Config
+	server string
+}
+
+func loadAdmin(c *cli.Context) (*admin, error) {
+	path := c.String("kubeconfig")
+	if path == "" {
+		path = filepath.Join(c.String("data-dir"), "admin.kubeconfig")
+	}
+	raw, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the admin kubeconfig: %w", err)
+	}
+	ctx, ok := raw.Contexts[raw.CurrentContext]
+	if !ok {
+		return nil, fmt.Errorf("%s has no current context", path)
+	}
+	cluster, ok := raw.Clusters[ctx.Cluster]
+	if !ok {
+		return nil, fmt.Errorf("%s: context %s names no cluster", path, raw.CurrentContext)
+	}
+	return &admin{raw: raw, server: cluster.Server}, nil
+}
+
+// config returns the admin client config for plane.
+func (a *admin) config(plane string) (*rest.Config, error) {
+	cfg, err := clientcmd.NewDefaultClientConfig(*a.raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host = a.server + planes.Path(plane)
+	return cfg, nil
+}
+
+// kubeconfig returns a kubeconfig for plane with the given credential.
+func (a *admin) kubeconfig(plane, token string) *clientcmdapi.Config {
+	cluster := a.raw.Clusters[a.raw.Contexts[a.raw.CurrentContext].Cluster]
+	out := clientcmdapi.NewConfig()
+	name := "kplane-" + plane
+	out.Clusters[name] = &clientcmdapi.Cluster{Server: a.server + planes.Path(plane), CertificateAuthorityData: cluster.CertificateAuthorityData}
+	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	out.CurrentContext = name
+	return out
+}
+
+func (a *admin) adminToken() string {
+	return a.raw.AuthInfos[a.raw.Contexts[a.raw.CurrentContext].AuthInfo].Token
+}

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
+)
+
+// PlanesCommand is `kplane planes list|create|delete`.
+func PlanesCommand() *cli.Command {
+	wait := &cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long to wait for the plane"}
+	return &cli.Command{
+		Name:  "planes",
+		Usage: "list, create and delete planes",
+		Subcommands: []*cli.Command{
+			{Name: "list", Usage: "list every plane", Flags: adminFlags(), Action: listPlanes},
+			{Name: "create", Usage: "create plane <id> and wait until it is ready", ArgsUsage: "<id>",
+				Flags: append(adminFlags(), wait), Action: createPlane},
+			{Name: "delete", Usage: "delete plane <id> and everything in it, and wait until it is gone", ArgsUsage: "<id>",
+				Flags: append(adminFlags(), wait), Action: deletePlane},
+		},
+	}
+}
+
+func planesClient(c *cli.Context) (dynamic.NamespaceableResourceInterface, error) {
+	a, err := loadAdmin(c)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := a.config(planes.Root)
+	if err != nil {
+		return nil, err
+	}
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return client.Resource(lifecycle.GVR), nil
+}
+
+func listPlanes(c *cli.Context) error {
+	client, err := planesClient(c)
+	if err != nil {
+		return err
+	}
+	list, err := client.List(c.Context, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tPHASE\tOBJECTS\tAGE")
+	for _, p := range list.Items {
+		phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
+		count, _, _ := unstructured.NestedInt64(p.Object, "status", "objectCount")
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", p.GetName(), phase, count,
+			duration.HumanDuration(time.Since(p.GetCreationTimestamp().Time)))
+	}
+	return w.Flush()
+}
+
+func planeArg(c *cli.Context) (string, error) {
+	if c.NArg() != 1 {
+		return "", fmt.Errorf("want exactly one plane id")
+	}
+	id := c.Args().First()
+	return id, planes.ValidateID(id)
+}
+
+func createPlane(c *cli.Context) error {
+	id, err := planeArg(c)
+	if err != nil {
+		return err
+	}
+	client, err := planesClient(c)
+	if err != nil {
+		return err
+	}
+	plane := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": lifecycle.GVR.GroupVersion().String(), "kind": "Plane",
+		"metadata": map[string]any{"name": id}, "spec": map[string]any{},
+	}}
+	if _, err := client.Create(c.Context, plane, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(c.Context, 50*time.Millisecond, c.Duration("timeout"), true, func(ctx context.Context) (bool, error) {
+		p, err := client.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
+		return phase == string(lifecycle.Ready), nil
+	})
+	if err != nil {
+		return fmt.Errorf("plane %s not ready: %w", id, err)
+	}
+	fmt.Printf("plane/%s created\n", id)
+	return nil
+}
+
+func deletePlane(c *cli.Context) error {
+	id, err := planeArg(c)
+	if err != nil {
+		return err
+	}
+	client, err := planesClient(c)
+	if err != nil {
+		return err
+	}
+	if err := client.Delete(c.Context, id, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(c.Context, 50*time.Millisecond, c.Duration("timeout"), true, func(ctx context.Context) (bool, error) {
+		_, err := client.Get(ctx, id, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("plane %s not deleted: %w", id, err)
+	}
+	fmt.Printf("plane/%s deleted\n", id)
+	return nil
+}
