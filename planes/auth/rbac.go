@@ -15,7 +15,6 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
-
 // StoreGetter returns the storage of an RBAC resource, or nil.
 type StoreGetter func(resource string) *planestorage.Store
 

@@ -230,4 +230,3 @@ func createContext(ctx context.Context, namespace, resource, name string) contex
 		IsResourceRequest: true, Verb: "create", APIVersion: "v1", Resource: resource, Name: name, Namespace: namespace,
 	})
 }
-

@@ -17,8 +17,8 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/bootstrap"
-	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/crds"
+	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
