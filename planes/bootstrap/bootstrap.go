@@ -44,8 +44,6 @@ type NamespaceStore interface {
 // Config says what a plane starts with and where to write it.
 type Config struct {
 	Namespaces NamespaceStore
-	// Services allocates the kubernetes Service's address in the plane.
-	Services rest.Creater
 	// Stores returns the plane-scoped storage of a core or RBAC resource;
 	// objects without allocation are written straight to it.
 	Stores func(resource string) *planestorage.Store
@@ -120,7 +118,7 @@ func (b *Bootstrapper) bootstrap(ctx context.Context) error {
 		return err
 	}
 	g, gctx = errgroup.WithContext(ctx)
-	g.Go(func() error { return b.ensureKubernetesService(gctx) })
+	g.Go(func() error { return b.write(gctx, "services", b.kubernetesService()) })
 	for _, ns := range SystemNamespaces {
 		g.Go(func() error { return b.write(gctx, "configmaps", b.rootCA(ns)) })
 	}
@@ -144,39 +142,23 @@ func (b *Bootstrapper) ensureNamespace(ctx context.Context, name string) error {
 	return err
 }
 
-// ensureKubernetesService writes default/kubernetes through the Service
-// registry, which allocates its ClusterIP in the plane.
-func (b *Bootstrapper) ensureKubernetesService(ctx context.Context) error {
-	if b.config.Services == nil {
-		return nil
-	}
-	if s := b.config.Stores("services"); s != nil && exists(ctx, s, s.ResourcePrefix()+"/default/kubernetes") {
-		return nil
-	}
-	versioned := &corev1.Service{
+// kubernetesService is default/kubernetes. Its address is the first of the
+// range, which no allocator hands out; it is written like the other
+// bootstrap objects, so that a plane that never writes a Service costs no
+// Service registry of its own.
+func (b *Bootstrapper) kubernetesService() runtime.Object {
+	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
 			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
 		Spec: corev1.ServiceSpec{
 			Type:            corev1.ServiceTypeClusterIP,
 			ClusterIP:       b.config.ServiceIP.String(),
+			ClusterIPs:      []string{b.config.ServiceIP.String()},
 			SessionAffinity: corev1.ServiceAffinityNone,
 			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443,
 				TargetPort: intstr.FromInt32(b.config.ServicePort)}},
 		},
 	}
-	// Defaults are applied by the API handler on decode; this object does
-	// not pass through it.
-	legacyscheme.Scheme.Default(versioned)
-	svc := &api.Service{}
-	if err := legacyscheme.Scheme.Convert(versioned, svc, nil); err != nil {
-		return err
-	}
-	_, err := b.config.Services.Create(createContext(ctx, metav1.NamespaceDefault, "services", "kubernetes"), svc,
-		rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
 }
 
 func (b *Bootstrapper) rootCA(namespace string) runtime.Object {

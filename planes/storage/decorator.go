@@ -208,11 +208,12 @@ func withPlaneField(attrs storage.AttrFunc) storage.AttrFunc {
 		if err != nil {
 			return l, f, err
 		}
-		withPlane := make(fields.Set, len(f)+1)
-		for k, v := range f {
-			withPlane[k] = v
+		// Attribute functions build a new field set per call: adding to it
+		// saves a copy per cached object.
+		if f == nil {
+			f = fields.Set{}
 		}
-		withPlane[PlaneField] = planes.OfObject(obj)
-		return l, withPlane, nil
+		f[PlaneField] = planes.OfObject(obj)
+		return l, f, nil
 	}
 }

@@ -142,8 +142,12 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 
 	planeStorage := planestorage.NewRegistry()
-	// The CRD watch cache shares identical schemas between planes.
+	// Watch caches share what is identical between planes: CRD schemas,
+	// RBAC rules.
 	planeStorage.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
+	rules := planestorage.NewInterner()
+	planeStorage.SetCacheTransform(rbacv1.Resource("clusterroles"), internRules(rules))
+	planeStorage.SetCacheTransform(rbacv1.Resource("roles"), internRules(rules))
 	genericConfig.RESTOptionsGetter = planeStorage.Wrap(genericConfig.RESTOptionsGetter)
 	saRegistries := &auth.ServiceAccountRegistries{}
 	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences, saRegistries)
@@ -323,7 +327,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	boot := bootstrap.New(bootstrap.Config{
 		Namespaces:  core.registries.Namespaces,
-		Services:    core.registries.Services,
 		Stores:      coreStores,
 		CACert:      c.config.CACert,
 		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),

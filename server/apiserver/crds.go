@@ -11,6 +11,7 @@ import (
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresourcedefinition"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -18,8 +19,10 @@ import (
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	rbacinternal "k8s.io/kubernetes/pkg/apis/rbac"
 
 	"kplane.dev/kplane/planes/crds"
+	planestorage "kplane.dev/kplane/planes/storage"
 )
 
 // crdGetters are the upstream storage getters of apiextensions: one for
@@ -103,3 +106,16 @@ func identityAuthResolverWrapper(r webhook.AuthenticationInfoResolver) webhook.A
 }
 
 func secondsToDuration(s int) time.Duration { return time.Duration(s) * time.Second }
+
+// internRules makes the RBAC watch caches share identical rule lists: every
+// plane starts with the same roles.
+func internRules(in *planestorage.Interner) planestorage.Transform {
+	return func(obj runtime.Object) {
+		switch r := obj.(type) {
+		case *rbacinternal.ClusterRole:
+			r.Rules = planestorage.Slice(in, r.Rules)
+		case *rbacinternal.Role:
+			r.Rules = planestorage.Slice(in, r.Rules)
+		}
+	}
+}

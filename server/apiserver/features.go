@@ -21,9 +21,13 @@ import (
 // concurrent writes, and such watches would stall for seconds and fail. A
 // watch without resourceVersion then starts from the cache, as before 1.33;
 // clients that ask for watch-list fall back to LIST+WATCH.
+//
+// SizeBasedListCostEstimate=false: it tracks the size of every key to weigh
+// LIST requests for priority and fairness, which kplane does not run.
 var featureGates = map[string]bool{
-	"WatchListClient": false,
-	"WatchList":       false,
+	"WatchListClient":           false,
+	"WatchList":                 false,
+	"SizeBasedListCostEstimate": false,
 }
 
 func setFeatureGates() error {
