@@ -46,4 +46,4 @@ vet:
 	$(GO) vet ./...
 
 clean:
-	rm -rf bin dist bench/*.json
+	rm -rf bin dist

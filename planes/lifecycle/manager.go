@@ -80,6 +80,10 @@ type state struct {
 	phase       Phase
 	uid         types.UID
 	terminating bool
+	// wiped is the UID of the Plane whose objects are all deleted: a
+	// reconcile that sees the same Plane again (its informer copy still
+	// holding the finalizer) only releases it.
+	wiped types.UID
 	// statusCount is the object count last written to the Plane status.
 	statusCount int64
 }
@@ -379,15 +383,25 @@ func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) 
 			return err
 		}
 	}
-	began := time.Now()
-	closed := m.requests.cancel(name)
-	deleted, err := m.wipe(ctx, name)
-	if err != nil {
-		return err
+	m.mu.RLock()
+	wiped := m.state[name] != nil && m.state[name].wiped == plane.GetUID()
+	m.mu.RUnlock()
+	if !wiped {
+		began := time.Now()
+		closed := m.requests.cancel(name)
+		deleted, err := m.wipe(ctx, name)
+		if err != nil {
+			return err
+		}
+		m.config.Bootstrapper.Forget(name)
+		m.mu.Lock()
+		if s := m.state[name]; s != nil {
+			s.wiped = plane.GetUID()
+		}
+		m.mu.Unlock()
+		logrus.WithFields(logrus.Fields{"plane": name, "objects": deleted, "requestsClosed": closed,
+			"took": time.Since(began).Round(time.Millisecond).String()}).Info("plane deleted")
 	}
-	m.config.Bootstrapper.Forget(name)
-	logrus.WithFields(logrus.Fields{"plane": name, "objects": deleted, "requestsClosed": closed,
-		"took": time.Since(began).Round(time.Millisecond).String()}).Info("plane deleted")
 	return m.removeFinalizer(ctx, plane)
 }
 

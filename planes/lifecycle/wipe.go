@@ -3,6 +3,9 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,20 +28,34 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 			return 0, err
 		}
 	}
-	total := 0
+	var total atomic.Int64
 	// Two passes: objects written while the first ran (by a controller that
 	// had not yet seen the plane go) are caught by the second.
 	for pass := 0; pass < 2; pass++ {
+		// Most resources of a plane are empty; what a wipe costs is one
+		// consistent list per resource, and those overlap well.
+		g, gctx := errgroup.WithContext(pctx)
+		g.SetLimit(wipeParallelism)
 		for _, s := range m.config.Storage.Stores() {
-			n, err := wipeStore(pctx, s)
-			if err != nil {
-				return total, fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
-			}
-			total += n
+			g.Go(func() error {
+				n, err := wipeStore(gctx, s)
+				total.Add(int64(n))
+				if err != nil {
+					return fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return int(total.Load()), err
 		}
 	}
-	return total, nil
+	return int(total.Load()), nil
 }
+
+// wipeParallelism bounds the datastore calls one plane deletion has in
+// flight, so that deleting many planes at once leaves room for the rest.
+const wipeParallelism = 8
 
 func wipeStore(ctx context.Context, s *planestorage.Store) (int, error) {
 	list := s.NewList()

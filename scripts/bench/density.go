@@ -16,6 +16,7 @@ type densityParams struct {
 	Workers    int
 	ConfigMaps int
 	Datastore  string
+	Bootstrap  string
 }
 
 // density creates Planes planes (bootstrap + ConfigMaps configmaps each)
@@ -23,7 +24,7 @@ type densityParams struct {
 // per plane and the create->ready latency of a new plane (the first
 // request to an unknown plane, which bootstraps it, until it answers).
 func density(binary string, p densityParams) (Result, error) {
-	var args []string
+	args := []string{"--plane-bootstrap", p.Bootstrap}
 	if p.Datastore != "" {
 		args = append(args, "--datastore-endpoint", p.Datastore)
 	}
@@ -81,7 +82,7 @@ func density(binary string, p densityParams) (Result, error) {
 	return Result{
 		Scenario: "density",
 		Params: map[string]any{"planes": p.Planes, "workers": p.Workers, "configmapsPerPlane": p.ConfigMaps,
-			"datastore": datastoreName(p.Datastore)},
+			"datastore": datastoreName(p.Datastore), "bootstrap": p.Bootstrap},
 		Figures: map[string]float64{
 			"server_ready_seconds":        s.ready.Seconds(),
 			"rss_start_mib":               rss0 / mib,

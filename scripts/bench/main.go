@@ -47,7 +47,9 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, crds")
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, crds")
+	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario")
+	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
 	out := flag.String("out", "bench/density.json", "JSON file to write")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	flag.Parse()
@@ -66,7 +68,9 @@ func main() {
 		var err error
 		switch scenario {
 		case "density":
-			res, err = density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore})
+			res, err = density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore, Bootstrap: *bootstrap})
+		case "lifecycle":
+			res, err = lifecycle(bin, lifecycleParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, Cycles: *cycles, ProfileDir: *profileDir})
 		case "crds":
 			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
 		default:
