@@ -55,30 +55,38 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 			}
 			return
 		}
+		// Entering first means a deletion that starts from here on waits
+		// for this request, provisioning and bootstrap included.
+		info, _ := request.RequestInfoFrom(ctx)
+		tracked, done, ok := m.requests.enter(ctx, plane, info != nil && info.Verb == "watch")
+		if !ok {
+			writeError(w, req, serializer, terminating(plane))
+			return
+		}
+		defer done()
 		switch {
 		case !exists:
 			u, _ := request.UserFrom(ctx)
-			if err := m.Provision(ctx, u, plane); err != nil {
+			if err := m.Provision(tracked, u, plane); err != nil {
 				writeError(w, req, serializer, err)
 				return
 			}
 		case phase == Terminating:
-			writeError(w, req, serializer, apierrors.NewConflict(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource},
-				plane, fmt.Errorf("the plane is being deleted")))
+			writeError(w, req, serializer, terminating(plane))
 			return
 		case phase == Pending:
-			if err := m.config.Bootstrapper.Ensure(ctx, plane); err != nil {
+			if err := m.config.Bootstrapper.Ensure(tracked, plane); err != nil {
 				writeError(w, req, serializer, err)
 				return
 			}
 		}
-		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" {
-			tracked, done := m.requests.track(ctx, plane)
-			defer done()
-			req = req.WithContext(tracked)
-		}
-		next.ServeHTTP(w, req)
+		next.ServeHTTP(w, req.WithContext(tracked))
 	})
+}
+
+func terminating(plane string) error {
+	return apierrors.NewConflict(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource},
+		plane, fmt.Errorf("the plane is being deleted"))
 }
 
 func notFound(plane string) error {

@@ -28,6 +28,10 @@ import (
 // Finalizer holds a Plane until every object of its plane is deleted.
 const Finalizer = "kplane.dev/plane-cleanup"
 
+// drainTimeout bounds how long a plane deletion waits for the requests in
+// flight in that plane; the server ends any request after a minute.
+const drainTimeout = 70 * time.Second
+
 // CreatedByAnnotation records who brought a plane into being by using it.
 const CreatedByAnnotation = "kplane.dev/created-by"
 
@@ -326,7 +330,7 @@ func (m *Manager) forget(name string) {
 	if !known {
 		return
 	}
-	m.requests.cancel(name)
+	m.requests.reopen(name)
 	m.config.Bootstrapper.Forget(name)
 	m.config.Counts.Forget(name)
 	for _, f := range m.config.Forget {
@@ -388,7 +392,14 @@ func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) 
 	m.mu.RUnlock()
 	if !wiped {
 		began := time.Now()
-		closed := m.requests.cancel(name)
+		closed, drained := m.requests.close(name)
+		select {
+		case <-drained:
+		case <-time.After(drainTimeout):
+			logrus.WithField("plane", name).Warnf("requests still in flight after %s; deleting the plane's objects anyway", drainTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		deleted, err := m.wipe(ctx, name)
 		if err != nil {
 			return err

@@ -5,49 +5,101 @@ import (
 	"sync"
 )
 
-// tracker holds a cancel function for every request in flight per plane,
-// so that deleting a plane can end its watches.
+// tracker counts the requests in flight per plane. Deleting a plane closes
+// it: no request enters any more, watches are ended, and the deletion waits
+// for the requests already inside before it wipes the plane's storage, so
+// that nothing a request writes outlives the wipe.
 type tracker struct {
-	mu   sync.Mutex
-	next uint64
-	byID map[string]map[uint64]context.CancelFunc
+	mu     sync.Mutex
+	next   uint64
+	planes map[string]*inflight
+}
+
+type inflight struct {
+	count   int
+	closed  bool
+	watches map[uint64]context.CancelFunc
+	// drained is closed once the plane is closed and count is zero.
+	drained chan struct{}
 }
 
 func newTracker() *tracker {
-	return &tracker{byID: map[string]map[uint64]context.CancelFunc{}}
+	return &tracker{planes: map[string]*inflight{}}
 }
 
-// track returns a context that is cancelled when plane is deleted, and the
-// function to call when the request ends.
-func (t *tracker) track(ctx context.Context, plane string) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	t.mu.Lock()
-	t.next++
-	id := t.next
-	if t.byID[plane] == nil {
-		t.byID[plane] = map[uint64]context.CancelFunc{}
+func (t *tracker) plane(name string) *inflight {
+	p := t.planes[name]
+	if p == nil {
+		p = &inflight{watches: map[uint64]context.CancelFunc{}, drained: make(chan struct{})}
+		t.planes[name] = p
 	}
-	t.byID[plane][id] = cancel
-	t.mu.Unlock()
+	return p
+}
+
+// enter admits a request to plane unless the plane is closed. A watch gets
+// a context that ends when the plane is closed. done must be called when
+// the request ends.
+func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ context.Context, done func(), ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.plane(plane)
+	if p.closed {
+		return ctx, func() {}, false
+	}
+	p.count++
+	var id uint64
+	cancel := context.CancelFunc(func() {})
+	if watch {
+		ctx, cancel = context.WithCancel(ctx)
+		t.next++
+		id = t.next
+		p.watches[id] = cancel
+	}
 	return ctx, func() {
 		cancel()
 		t.mu.Lock()
-		delete(t.byID[plane], id)
-		if len(t.byID[plane]) == 0 {
-			delete(t.byID, plane)
+		defer t.mu.Unlock()
+		if watch {
+			delete(p.watches, id)
 		}
-		t.mu.Unlock()
-	}
+		p.count--
+		if p.count == 0 {
+			if p.closed {
+				close(p.drained)
+			} else if t.planes[plane] == p {
+				delete(t.planes, plane)
+			}
+		}
+	}, true
 }
 
-// cancel ends every request in flight to plane.
-func (t *tracker) cancel(plane string) int {
+// close refuses new requests to plane, ends its watches and returns how
+// many it ended and a channel closed once no request is in flight.
+func (t *tracker) close(plane string) (int, <-chan struct{}) {
 	t.mu.Lock()
-	cancels := t.byID[plane]
-	delete(t.byID, plane)
-	t.mu.Unlock()
-	for _, c := range cancels {
-		c()
+	p := t.plane(plane)
+	if !p.closed {
+		p.closed = true
+		if p.count == 0 {
+			close(p.drained)
+		}
 	}
-	return len(cancels)
+	watches := p.watches
+	p.watches = map[uint64]context.CancelFunc{}
+	t.mu.Unlock()
+	for _, cancel := range watches {
+		cancel()
+	}
+	return len(watches), p.drained
+}
+
+// reopen admits requests to plane again (it was deleted and may be
+// created anew). Requests of the old plane still in flight keep their
+// accounting and are not counted against the new one.
+func (t *tracker) reopen(plane string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.planes[plane]; p != nil && p.closed {
+		delete(t.planes, plane)
+	}
 }

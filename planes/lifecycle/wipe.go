@@ -28,29 +28,25 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 			return 0, err
 		}
 	}
+	// One pass suffices: the plane is closed to requests and the ones that
+	// were inside have finished, so nothing writes to it any more.
+	// Most resources of a plane are empty; what a wipe costs is one
+	// consistent list per resource, and those overlap well.
 	var total atomic.Int64
-	// Two passes: objects written while the first ran (by a controller that
-	// had not yet seen the plane go) are caught by the second.
-	for pass := 0; pass < 2; pass++ {
-		// Most resources of a plane are empty; what a wipe costs is one
-		// consistent list per resource, and those overlap well.
-		g, gctx := errgroup.WithContext(pctx)
-		g.SetLimit(wipeParallelism)
-		for _, s := range m.config.Storage.Stores() {
-			g.Go(func() error {
-				n, err := wipeStore(gctx, s)
-				total.Add(int64(n))
-				if err != nil {
-					return fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
-				}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return int(total.Load()), err
-		}
+	g, gctx := errgroup.WithContext(pctx)
+	g.SetLimit(wipeParallelism)
+	for _, s := range m.config.Storage.Stores() {
+		g.Go(func() error {
+			n, err := wipeStore(gctx, s)
+			total.Add(int64(n))
+			if err != nil {
+				return fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
+			}
+			return nil
+		})
 	}
-	return int(total.Load()), nil
+	err := g.Wait()
+	return int(total.Load()), err
 }
 
 // wipeParallelism bounds the datastore calls one plane deletion has in

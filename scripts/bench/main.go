@@ -48,7 +48,7 @@ func main() {
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
 	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, crds")
-	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario")
+	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
 	out := flag.String("out", "bench/density.json", "JSON file to write")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
