@@ -14,6 +14,12 @@ import (
 	"kplane.dev/kplane/planes"
 )
 
+// NoProvisionHeader on a request makes an unknown plane answer 404 instead
+// of being provisioned: in-process controllers set it so that work left over
+// for a deleted plane never brings it back, and clients may set it to make
+// sure they only ever address planes that exist.
+const NoProvisionHeader = "X-Kplane-No-Provision"
+
 // probePaths answer for an existing plane without creating one.
 var probePaths = []string{"/readyz", "/livez", "/healthz", "/version"}
 
@@ -65,6 +71,9 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 		}
 		defer done()
 		switch {
+		case !exists && req.Header.Get(NoProvisionHeader) != "":
+			writeError(w, req, serializer, notFound(plane))
+			return
 		case !exists:
 			u, _ := request.UserFrom(ctx)
 			if err := m.Provision(tracked, u, plane); err != nil {

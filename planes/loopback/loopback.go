@@ -44,3 +44,29 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	routed.URL.RawPath = ""
 	return r.next.RoundTrip(routed)
 }
+
+// Controller returns a copy of Routed(config) that sends header (set to
+// "true") with every request: the lifecycle filter's no-provision header,
+// so that work a controller still holds for a deleted plane fails instead
+// of bringing the plane back.
+func Controller(config *restclient.Config, header string) *restclient.Config {
+	c := Routed(config)
+	c.Wrap(WithHeader(header))
+	return c
+}
+
+// WithHeader returns a transport wrapper that sets header to "true".
+func WithHeader(header string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return &withHeader{next: rt, header: header} }
+}
+
+type withHeader struct {
+	next   http.RoundTripper
+	header string
+}
+
+func (h *withHeader) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(h.header, "true")
+	return h.next.RoundTrip(req)
+}

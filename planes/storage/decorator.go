@@ -167,7 +167,7 @@ func (r *Registry) decorate(resource schema.GroupResource, inner generic.Storage
 		if err != nil {
 			return nil, nil, err
 		}
-		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, newFunc: newFunc, newListFunc: newListFunc}
+		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{})}
 		r.shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
 		for _, f := range r.onNew {
 			go f(store)
@@ -191,8 +191,11 @@ func (r *Registry) release(key string) factory.DestroyFunc {
 				delete(r.shared, key)
 			}
 			r.mu.Unlock()
-			if ok && s.destroy != nil {
-				s.destroy()
+			if ok {
+				close(s.store.gone)
+				if s.destroy != nil {
+					s.destroy()
+				}
 			}
 		})
 	}

@@ -21,6 +21,9 @@ type Store struct {
 	resourcePrefix string
 	newFunc        func() runtime.Object
 	newListFunc    func() runtime.Object
+	// gone is closed when the storage is destroyed (the last CRD serving a
+	// custom resource went away), so that followers of it stop.
+	gone chan struct{}
 }
 
 var _ storage.Interface = &Store{}
@@ -30,6 +33,9 @@ func (s *Store) Resource() schema.GroupResource { return s.resource }
 
 // ResourcePrefix is the storage prefix of the resource ("/pods").
 func (s *Store) ResourcePrefix() string { return s.resourcePrefix }
+
+// Gone is closed once the storage is destroyed.
+func (s *Store) Gone() <-chan struct{} { return s.gone }
 
 // New returns an empty object of the resource's internal type.
 func (s *Store) New() runtime.Object { return s.newFunc() }

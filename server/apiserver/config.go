@@ -37,6 +37,7 @@ import (
 	"kplane.dev/kplane/planes/admission"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
@@ -334,6 +335,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		Policy:      c.config.PlaneBootstrap,
 	})
 
+	generic, err := controllers.New(controllers.Config{
+		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("generic controllers: %w", err)
+	}
+
 	manager, err := lifecycle.New(lifecycle.Config{
 		Loopback:        loopbackConfig,
 		Bootstrapper:    boot,
@@ -341,7 +349,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Storage:         c.storage,
 		Counts:          planestorage.NewCounts(),
 		CustomResources: customResources,
-		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources},
+		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources, generic},
 	})
 	if err != nil {
 		return nil, err
@@ -363,6 +371,19 @@ func (c CompletedConfig) New() (*Server, error) {
 		return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 			return manager.HasSynced(), nil
 		})
+	})
+
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-generic-controllers", func(ctx genericapiserver.PostStartHookContext) error {
+		// Controllers address planes with requests that never provision
+		// one: they start once every existing plane is known.
+		go func() {
+			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+				return manager.HasSynced(), nil
+			}) == nil {
+				generic.Run(ctx)
+			}
+		}()
+		return nil
 	})
 
 	s := &Server{

@@ -1,0 +1,86 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes/controllers/gc"
+	"kplane.dev/kplane/planes/controllers/namespace"
+	"kplane.dev/kplane/planes/controllers/serviceaccounts"
+	"kplane.dev/kplane/planes/crds"
+	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/loopback"
+	planestorage "kplane.dev/kplane/planes/storage"
+
+	// Work-queue depth, latency and retries of every controller in /metrics.
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"
+)
+
+// Config is what the controllers work with.
+type Config struct {
+	// Loopback reaches the server as itself (system:masters).
+	Loopback *rest.Config
+	Storage  *planestorage.Registry
+	// CustomResources serves every plane's CRDs.
+	CustomResources *crds.Server
+	// CACert goes into every kube-root-ca.crt ConfigMap.
+	CACert []byte
+}
+
+// Controllers are the generic controllers of every plane.
+type Controllers struct {
+	hub        *hub
+	namespaces *namespace.Controller
+	accounts   *serviceaccounts.Controller
+	collector  *gc.Collector
+}
+
+// New builds the controllers; Run starts them.
+func New(config Config) (*Controllers, error) {
+	// Controllers never bring a plane into being: work left for a deleted
+	// plane fails with 404 instead.
+	client := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	forPlane := func(plane string) *rest.Config {
+		c := loopback.ForPlane(config.Loopback, plane)
+		c.Wrap(loopback.WithHeader(lifecycle.NoProvisionHeader))
+		return c
+	}
+	stores := func(resource string) *planestorage.Store {
+		return config.Storage.Storage(coreResource(resource))
+	}
+	namespaces, err := namespace.New(namespace.Config{
+		Client: client, ForPlane: forPlane, Storage: config.Storage, CustomResources: config.CustomResources,
+	})
+	if err != nil {
+		return nil, err
+	}
+	accounts, err := serviceaccounts.New(serviceaccounts.Config{Client: client, Stores: stores, CACert: config.CACert})
+	if err != nil {
+		return nil, err
+	}
+	resolver := newResolver(forPlane(planesRootForDiscovery), config.Storage, config.CustomResources)
+	h := newHub(config.Storage, nil)
+	collector, err := gc.New(gc.Config{Client: client, Storage: config.Storage, Resolver: resolver, Synced: h.synced})
+	if err != nil {
+		return nil, fmt.Errorf("garbage collector: %w", err)
+	}
+	h.subscribers = []Subscriber{namespaces, accounts, collector}
+	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector}, nil
+}
+
+// Run starts every controller and returns when ctx is done.
+func (c *Controllers) Run(ctx context.Context) {
+	go c.namespaces.Run(ctx)
+	go c.accounts.Run(ctx)
+	go c.collector.Run(ctx)
+	c.hub.run(ctx)
+	<-ctx.Done()
+}
+
+// ForgetPlane drops what the controllers hold for a deleted plane.
+func (c *Controllers) ForgetPlane(plane string) {
+	c.collector.ForgetPlane(plane)
+	c.namespaces.ForgetPlane(plane)
+}

@@ -1,0 +1,472 @@
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+
+	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Resolver maps what an ownerReference names to resources of a plane.
+type Resolver interface {
+	// ForKind returns the resource of group/kind in plane, at a served
+	// version, and whether it is namespaced.
+	ForKind(ctx context.Context, plane string, gk schema.GroupKind) (schema.GroupVersionResource, bool, bool)
+	// Version returns a served version of resource in plane.
+	Version(ctx context.Context, plane string, resource schema.GroupResource) (string, bool)
+}
+
+// Config is what the collector works with.
+type Config struct {
+	// Client addresses the plane in each call's context (loopback.Controller).
+	Client   *rest.Config
+	Storage  *planestorage.Registry
+	Resolver Resolver
+	// Synced is closed once the graph has seen every object that existed
+	// at start; nothing is collected before.
+	Synced  <-chan struct{}
+	Workers int
+}
+
+type op int
+
+const (
+	// attempt checks a dependent's owners and deletes it (or drops
+	// references) when they are gone or being deleted in the foreground.
+	attempt op = iota
+	// owner finishes an owner's foreground or orphan deletion.
+	owner
+)
+
+type task struct {
+	op op
+	object
+}
+
+// Collector is the garbage collector of every plane.
+type Collector struct {
+	config Config
+	graph  *graph
+	client metadata.Interface
+	queue  workqueue.TypedRateLimitingInterface[task]
+}
+
+// New returns a collector; Run starts it.
+func New(config Config) (*Collector, error) {
+	client, err := metadata.NewForConfig(config.Client)
+	if err != nil {
+		return nil, fmt.Errorf("garbage collector client: %w", err)
+	}
+	if config.Workers <= 0 {
+		config.Workers = 4
+	}
+	return &Collector{config: config, graph: newGraph(), client: client,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[task](),
+			workqueue.TypedRateLimitingQueueConfig[task]{Name: "kplane_garbage_collector"})}, nil
+}
+
+// Wants implements controllers.Subscriber: ownership spans every resource.
+func (c *Collector) Wants(schema.GroupResource) bool { return true }
+
+// Upsert implements controllers.Subscriber.
+func (c *Collector) Upsert(resource schema.GroupResource, obj runtime.Object) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	o := object{plane: planes.OfObject(obj), resource: resource, namespace: accessor.GetNamespace(),
+		name: accessor.GetName(), uid: accessor.GetUID()}
+	if refs := accessor.GetOwnerReferences(); len(refs) > 0 {
+		if c.graph.upsert(&node{object: o, owners: slices.Clone(refs)}) {
+			c.queue.Add(task{op: attempt, object: o})
+		}
+	} else if n := c.graph.remove(o.plane, o.uid); n != nil {
+		// Its references were dropped: an owner waiting for it may go on.
+		c.ownersChanged(n)
+	}
+	if accessor.GetDeletionTimestamp() != nil {
+		fins := accessor.GetFinalizers()
+		if slices.Contains(fins, metav1.FinalizerOrphanDependents) || slices.Contains(fins, metav1.FinalizerDeleteDependents) {
+			c.queue.Add(task{op: owner, object: o})
+		}
+	}
+}
+
+// Delete implements controllers.Subscriber.
+func (c *Collector) Delete(_ schema.GroupResource, obj runtime.Object) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	plane, uid := planes.OfObject(obj), accessor.GetUID()
+	if n := c.graph.remove(plane, uid); n != nil {
+		c.ownersChanged(n)
+	}
+	for _, d := range c.graph.dependentsOf(plane, uid) {
+		c.queue.Add(task{op: attempt, object: d.object})
+	}
+}
+
+// ownersChanged queues the owners of n, which may be waiting for n.
+func (c *Collector) ownersChanged(n *node) {
+	for _, ref := range n.owners {
+		if o, ok := c.locate(context.Background(), n.object, ref); ok {
+			c.queue.Add(task{op: owner, object: o})
+		}
+	}
+}
+
+// ForgetPlane drops what the collector holds for a deleted plane.
+func (c *Collector) ForgetPlane(plane string) { c.graph.forgetPlane(plane) }
+
+// Run collects until ctx is done.
+func (c *Collector) Run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	select {
+	case <-c.config.Synced:
+	case <-ctx.Done():
+		return
+	}
+	logrus.WithField("dependents", c.graph.size()).Debug("garbage collector graph synced")
+	for i := 0; i < c.config.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Collector) worker(ctx context.Context) {
+	for {
+		t, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		pctx := planes.WithPlane(ctx, t.plane)
+		var err error
+		switch t.op {
+		case attempt:
+			err = c.attemptToDelete(pctx, t.object)
+		case owner:
+			err = c.processOwner(pctx, t.object)
+		}
+		c.queue.Done(t)
+		if err == nil || planeGone(err) || apierrors.IsNotFound(err) {
+			c.queue.Forget(t)
+			continue
+		}
+		logrus.WithError(err).WithFields(logrus.Fields{"plane": t.plane, "resource": t.resource.String(),
+			"namespace": t.namespace, "name": t.name}).Debug("garbage collection retries")
+		c.queue.AddRateLimited(t)
+	}
+}
+
+// planeGone tells apart the refusals of the plane lifecycle: the plane is
+// being deleted or is gone, and its wipe takes care of everything.
+func planeGone(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Group == "kplane.dev" && d.Kind == "planes"
+}
+
+// ownerState is what a dependent learns about one of its owners.
+type ownerState int
+
+const (
+	solid    ownerState = iota // exists
+	dangling                   // absent (or not the object the reference names)
+	waiting                    // being deleted in the foreground
+)
+
+func (c *Collector) attemptToDelete(ctx context.Context, o object) error {
+	current, err := c.cached(ctx, o)
+	if err != nil || current == nil {
+		return err
+	}
+	if current.GetUID() != o.uid || current.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	refs := current.GetOwnerReferences()
+	var solids int
+	var drop []types.UID
+	var waitings int
+	for _, ref := range refs {
+		state, err := c.ownerState(ctx, o, ref)
+		if err != nil {
+			return err
+		}
+		switch state {
+		case solid:
+			solids++
+		case dangling:
+			drop = append(drop, ref.UID)
+		case waiting:
+			waitings++
+			drop = append(drop, ref.UID)
+		}
+	}
+	switch {
+	case len(drop) == 0:
+		return nil
+	case solids > 0:
+		// Upstream's rule: a dependent with a live owner stays; it only
+		// loses its references to owners that are gone or going.
+		return c.removeOwnerRefs(ctx, o, drop)
+	case waitings > 0:
+		policy := metav1.DeletePropagationBackground
+		if c.graph.hasDependents(o.plane, o.uid) {
+			policy = metav1.DeletePropagationForeground
+		}
+		return c.delete(ctx, o, policy)
+	default:
+		policy := metav1.DeletePropagationBackground
+		switch fins := current.GetFinalizers(); {
+		case slices.Contains(fins, metav1.FinalizerOrphanDependents):
+			policy = metav1.DeletePropagationOrphan
+		case slices.Contains(fins, metav1.FinalizerDeleteDependents):
+			policy = metav1.DeletePropagationForeground
+		}
+		return c.delete(ctx, o, policy)
+	}
+}
+
+func (c *Collector) ownerState(ctx context.Context, dependent object, ref metav1.OwnerReference) (ownerState, error) {
+	loc, ok := c.locate(ctx, dependent, ref)
+	if !ok {
+		// A kind the plane does not serve (yet): keep the dependent, as
+		// upstream does while it cannot resolve the reference.
+		return solid, nil
+	}
+	if dependent.namespace == "" && loc.namespace != "" {
+		return dangling, nil
+	}
+	// The cache answers most lookups; absence is confirmed by a
+	// consistent read before anything is deleted for it.
+	found, err := c.cached(ctx, loc)
+	if err != nil {
+		return solid, err
+	}
+	if found == nil || found.GetUID() != ref.UID {
+		found, err = c.consistent(ctx, loc)
+		if err != nil {
+			return solid, err
+		}
+	}
+	switch {
+	case found == nil || found.GetUID() != ref.UID:
+		return dangling, nil
+	case found.GetDeletionTimestamp() != nil && slices.Contains(found.GetFinalizers(), metav1.FinalizerDeleteDependents):
+		return waiting, nil
+	}
+	return solid, nil
+}
+
+// locate finds the object an ownerReference of dependent names, in the
+// dependent's plane (and namespace, when the owner is namespaced).
+func (c *Collector) locate(ctx context.Context, dependent object, ref metav1.OwnerReference) (object, bool) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return object{}, false
+	}
+	gvr, namespaced, ok := c.config.Resolver.ForKind(ctx, dependent.plane, gv.WithKind(ref.Kind).GroupKind())
+	if !ok {
+		return object{}, false
+	}
+	o := object{plane: dependent.plane, resource: gvr.GroupResource(), name: ref.Name, uid: ref.UID}
+	if namespaced {
+		o.namespace = dependent.namespace
+		if o.namespace == "" {
+			// A cluster-scoped dependent cannot have a namespaced owner:
+			// namespace it with a name no namespace can have.
+			o.namespace = "-"
+		}
+	}
+	return o, true
+}
+
+func (c *Collector) processOwner(ctx context.Context, o object) error {
+	current, err := c.cached(ctx, o)
+	if err != nil || current == nil || current.GetUID() != o.uid || current.GetDeletionTimestamp() == nil {
+		return err
+	}
+	fins := current.GetFinalizers()
+	switch {
+	case slices.Contains(fins, metav1.FinalizerOrphanDependents):
+		for _, d := range c.graph.dependentsOf(o.plane, o.uid) {
+			if err := c.removeOwnerRefs(ctx, d.object, []types.UID{o.uid}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return c.removeFinalizer(ctx, o, metav1.FinalizerOrphanDependents)
+	case slices.Contains(fins, metav1.FinalizerDeleteDependents):
+		blocking := 0
+		for _, d := range c.graph.dependentsOf(o.plane, o.uid) {
+			for _, ref := range d.owners {
+				if ref.UID == o.uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+					blocking++
+				}
+			}
+			c.queue.Add(task{op: attempt, object: d.object})
+		}
+		if blocking > 0 {
+			// Each blocking dependent's deletion queues this owner again.
+			return nil
+		}
+		return c.removeFinalizer(ctx, o, metav1.FinalizerDeleteDependents)
+	}
+	return nil
+}
+
+// cached reads o from the shared watch cache; nil when it is not there.
+func (c *Collector) cached(ctx context.Context, o object) (metav1.Object, error) {
+	return c.read(ctx, o, "0")
+}
+
+// consistent reads o from the datastore.
+func (c *Collector) consistent(ctx context.Context, o object) (metav1.Object, error) {
+	return c.read(ctx, o, "")
+}
+
+func (c *Collector) read(ctx context.Context, o object, rv string) (metav1.Object, error) {
+	s := c.config.Storage.Storage(o.resource)
+	if s == nil {
+		// Custom resources not served since the start: the API builds
+		// their storage.
+		return c.readThroughAPI(ctx, o)
+	}
+	key := s.ResourcePrefix() + "/" + o.name
+	if o.namespace != "" {
+		key = s.ResourcePrefix() + "/" + o.namespace + "/" + o.name
+	}
+	obj := s.New()
+	if err := s.Get(ctx, key, storage.GetOptions{ResourceVersion: rv}, obj); err != nil {
+		if storage.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return meta.Accessor(obj)
+}
+
+func (c *Collector) readThroughAPI(ctx context.Context, o object) (metav1.Object, error) {
+	gvr, err := c.gvr(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := c.client.Resource(gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && !planeGone(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+func (c *Collector) gvr(ctx context.Context, o object) (schema.GroupVersionResource, error) {
+	version, ok := c.config.Resolver.Version(ctx, o.plane, o.resource)
+	if !ok {
+		return schema.GroupVersionResource{}, fmt.Errorf("plane %s does not serve %s", o.plane, o.resource)
+	}
+	return o.resource.WithVersion(version), nil
+}
+
+func (c *Collector) delete(ctx context.Context, o object, policy metav1.DeletionPropagation) error {
+	gvr, err := c.gvr(ctx, o)
+	if err != nil {
+		return err
+	}
+	logrus.WithFields(logrus.Fields{"plane": o.plane, "resource": o.resource.String(), "namespace": o.namespace,
+		"name": o.name, "propagation": policy}).Debug("garbage collector deletes")
+	err = c.client.Resource(gvr).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &o.uid}, PropagationPolicy: &policy,
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && !planeGone(err) {
+		// Gone already, or a new object of the same name: not ours.
+		return nil
+	}
+	return err
+}
+
+// removeOwnerRefs drops the references to owners from o, guarded by o's
+// resourceVersion so that a concurrent change is never overwritten.
+func (c *Collector) removeOwnerRefs(ctx context.Context, o object, owners []types.UID) error {
+	return c.patchMeta(ctx, o, func(m *metav1.PartialObjectMetadata) (any, bool) {
+		kept := slices.DeleteFunc(slices.Clone(m.OwnerReferences), func(r metav1.OwnerReference) bool {
+			return slices.Contains(owners, r.UID)
+		})
+		if len(kept) == len(m.OwnerReferences) {
+			return nil, false
+		}
+		if kept == nil {
+			kept = []metav1.OwnerReference{}
+		}
+		return map[string]any{"ownerReferences": kept}, true
+	})
+}
+
+func (c *Collector) removeFinalizer(ctx context.Context, o object, finalizer string) error {
+	return c.patchMeta(ctx, o, func(m *metav1.PartialObjectMetadata) (any, bool) {
+		if !slices.Contains(m.Finalizers, finalizer) {
+			return nil, false
+		}
+		kept := slices.DeleteFunc(slices.Clone(m.Finalizers), func(f string) bool { return f == finalizer })
+		if kept == nil {
+			kept = []string{}
+		}
+		return map[string]any{"finalizers": kept}, true
+	})
+}
+
+// patchMeta reads o's metadata and merges change into it, retrying on
+// conflicts a few times before handing the item back to the queue.
+func (c *Collector) patchMeta(ctx context.Context, o object, change func(*metav1.PartialObjectMetadata) (any, bool)) error {
+	gvr, err := c.gvr(ctx, o)
+	if err != nil {
+		return err
+	}
+	client := c.client.Resource(gvr).Namespace(o.namespace)
+	for range 3 {
+		current, err := client.Get(ctx, o.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if current.UID != o.uid {
+			return nil
+		}
+		fields, ok := change(current)
+		if !ok {
+			return nil
+		}
+		md := fields.(map[string]any)
+		md["resourceVersion"] = current.ResourceVersion
+		patch, err := json.Marshal(map[string]any{"metadata": md})
+		if err != nil {
+			return err
+		}
+		_, err = client.Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if !apierrors.IsConflict(err) || planeGone(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("%s %s/%s kept changing", o.resource, o.namespace, o.name)
+}

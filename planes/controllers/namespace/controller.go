@@ -1,0 +1,260 @@
+package namespace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/kubernetes/pkg/controller/namespace/deletion"
+
+	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Key names a namespace of a plane.
+type Key struct{ Plane, Name string }
+
+// Config is what the controller works with.
+type Config struct {
+	// Client addresses the plane in each call's context (loopback.Controller).
+	Client *rest.Config
+	// ForPlane returns a client configuration addressing one plane, for
+	// discovery (which takes no context).
+	ForPlane func(plane string) *rest.Config
+	// Storage finds the plane-scoped storage of a resource, to tell from
+	// memory which resources hold anything in a namespace.
+	Storage *planestorage.Registry
+	// CustomResources builds the storage of a plane's CRDs.
+	CustomResources interface {
+		EnsureStorages(ctx context.Context, plane string) error
+	}
+	Workers int
+}
+
+// Controller deletes the content of terminating namespaces in all planes.
+type Controller struct {
+	config     Config
+	namespaces kubernetes.Interface
+	metadata   metadata.Interface
+	queue      workqueue.TypedRateLimitingInterface[Key]
+
+	// terminating holds the namespaces being deleted, so that the deletion
+	// of their last objects wakes them up at once instead of at the next
+	// estimate.
+	mu          sync.Mutex
+	terminating map[Key]struct{}
+}
+
+// New returns a controller; Run starts it.
+func New(config Config) (*Controller, error) {
+	clients, err := kubernetes.NewForConfig(config.Client)
+	if err != nil {
+		return nil, fmt.Errorf("namespace controller client: %w", err)
+	}
+	md, err := metadata.NewForConfig(config.Client)
+	if err != nil {
+		return nil, fmt.Errorf("namespace controller metadata client: %w", err)
+	}
+	if config.Workers <= 0 {
+		config.Workers = 4
+	}
+	return &Controller{
+		config: config, namespaces: clients, metadata: md, terminating: map[Key]struct{}{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			// Upstream's namespace controller backs off the same way: content
+			// with finalizers is usually released within seconds.
+			workqueue.NewTypedItemExponentialFailureRateLimiter[Key](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "kplane_namespace"}),
+	}, nil
+}
+
+var namespacesResource = schema.GroupResource{Resource: "namespaces"}
+
+// Wants implements controllers.Subscriber: namespaces, and the deletions
+// of every resource's objects.
+func (c *Controller) Wants(schema.GroupResource) bool { return true }
+
+// Upsert implements controllers.Subscriber: a namespace with a deletion
+// timestamp is work.
+func (c *Controller) Upsert(resource schema.GroupResource, obj runtime.Object) {
+	if resource != namespacesResource {
+		return
+	}
+	accessor, err := meta.Accessor(obj)
+	if err != nil || accessor.GetDeletionTimestamp() == nil {
+		return
+	}
+	key := Key{Plane: planes.OfObject(obj), Name: accessor.GetName()}
+	c.mu.Lock()
+	c.terminating[key] = struct{}{}
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+// Delete implements controllers.Subscriber.
+func (c *Controller) Delete(resource schema.GroupResource, obj runtime.Object) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	plane := planes.OfObject(obj)
+	if resource == namespacesResource {
+		c.mu.Lock()
+		delete(c.terminating, Key{Plane: plane, Name: accessor.GetName()})
+		c.mu.Unlock()
+		return
+	}
+	ns := accessor.GetNamespace()
+	if ns == "" {
+		return
+	}
+	key := Key{Plane: plane, Name: ns}
+	c.mu.Lock()
+	_, waiting := c.terminating[key]
+	c.mu.Unlock()
+	if waiting {
+		c.queue.Add(key)
+	}
+}
+
+// ForgetPlane drops the namespaces of a deleted plane.
+func (c *Controller) ForgetPlane(plane string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.terminating {
+		if key.Plane == plane {
+			delete(c.terminating, key)
+		}
+	}
+}
+
+// Run processes namespaces until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	for i := 0; i < c.config.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		c.queue.Done(key)
+		var remaining *deletion.ResourcesRemainingError
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case errors.As(err, &remaining):
+			// Content with finalizers or graceful deletion: look again when
+			// upstream would, but never later than its estimate.
+			c.queue.AddAfter(key, time.Duration(remaining.Estimate/2+1)*time.Second)
+		case planeGone(err):
+			// The plane is being deleted or is gone: its wipe takes over.
+			c.queue.Forget(key)
+		default:
+			logrus.WithError(err).WithFields(logrus.Fields{"plane": key.Plane, "namespace": key.Name}).Debug("namespace deletion retries")
+			c.queue.AddRateLimited(key)
+		}
+	}
+}
+
+// planeGone tells apart the refusals of the plane lifecycle (the plane is
+// being deleted: 409 on plane resource; unknown plane: 404 on planes).
+func planeGone(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details != nil && details.Group == "kplane.dev" && details.Kind == "planes"
+}
+
+func (c *Controller) sync(ctx context.Context, key Key) error {
+	ctx = planes.WithPlane(ctx, key.Plane)
+	deleter := deletion.NewNamespacedResourcesDeleter(ctx, c.namespaces.CoreV1().Namespaces(), c.metadata,
+		c.namespaces.CoreV1(), c.discoverer(ctx, key), v1.FinalizerKubernetes)
+	return deleter.Delete(ctx, key.Name)
+}
+
+// discoverer returns the deletable namespaced resources of the plane, as
+// its discovery serves them, narrowed to those that hold anything in the
+// namespace according to the shared caches: most resources of a namespace
+// are empty, and the upstream deleter issues two datastore reads for every
+// resource it is given. Objects written after the namespace started
+// terminating are refused by admission; the deleter lists each resource it
+// handles again until it is empty.
+func (c *Controller) discoverer(ctx context.Context, key Key) func() ([]*metav1.APIResourceList, error) {
+	return func() ([]*metav1.APIResourceList, error) {
+		client, err := discovery.NewDiscoveryClientForConfig(c.config.ForPlane(key.Plane))
+		if err != nil {
+			return nil, err
+		}
+		lists, discoveryErr := client.ServerPreferredNamespacedResources()
+		if c.config.CustomResources != nil {
+			if err := c.config.CustomResources.EnsureStorages(ctx, key.Plane); err != nil {
+				return nil, err
+			}
+		}
+		out := make([]*metav1.APIResourceList, 0, len(lists))
+		for _, list := range lists {
+			gv, err := schema.ParseGroupVersion(list.GroupVersion)
+			if err != nil {
+				continue
+			}
+			kept := &metav1.APIResourceList{GroupVersion: list.GroupVersion}
+			for _, r := range list.APIResources {
+				if c.holdsAny(ctx, gv.WithResource(r.Name).GroupResource(), key.Name) {
+					kept.APIResources = append(kept.APIResources, r)
+				}
+			}
+			if len(kept.APIResources) > 0 {
+				out = append(out, kept)
+			}
+		}
+		if len(out) == 0 {
+			// The upstream deleter takes an empty discovery for a broken
+			// server and exits the process; an empty namespace has at
+			// least its (empty) ConfigMaps checked.
+			out = append(out, &metav1.APIResourceList{GroupVersion: "v1", APIResources: []metav1.APIResource{{
+				Name: "configmaps", Namespaced: true, Kind: "ConfigMap",
+				Verbs: metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"},
+			}}})
+		}
+		return out, discoveryErr
+	}
+}
+
+// holdsAny reports whether resource holds any object in namespace, from
+// memory; when the resource's storage is unknown it answers true, and the
+// deleter finds out.
+func (c *Controller) holdsAny(ctx context.Context, resource schema.GroupResource, namespace string) bool {
+	s := c.config.Storage.Storage(resource)
+	if s == nil {
+		return true
+	}
+	list := s.NewList()
+	if err := s.GetList(ctx, s.ResourcePrefix()+"/"+namespace, storageListFromCache, list); err != nil {
+		return true
+	}
+	return meta.LenList(list) > 0
+}

@@ -1,0 +1,120 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/crds"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// planesRootForDiscovery is the plane whose discovery lists the built-in
+// resources: every plane serves the same ones.
+const planesRootForDiscovery = planes.Root
+
+// builtin is how every plane serves one built-in resource.
+type builtin struct {
+	resource   schema.GroupVersionResource
+	namespaced bool
+}
+
+// resolver maps kinds to resources: built-ins from the server's discovery
+// (learned once), custom resources from the plane's own CRDs.
+type resolver struct {
+	discovery *rest.Config
+	storage   *planestorage.Registry
+	crds      *crds.Server
+
+	mu        sync.Mutex
+	byKind    map[schema.GroupKind]builtin
+	byGR      map[schema.GroupResource]builtin
+	populated bool
+}
+
+func newResolver(discovery *rest.Config, storage *planestorage.Registry, crds *crds.Server) *resolver {
+	return &resolver{discovery: discovery, storage: storage, crds: crds}
+}
+
+// ForKind implements gc.Resolver.
+func (r *resolver) ForKind(ctx context.Context, plane string, gk schema.GroupKind) (schema.GroupVersionResource, bool, bool) {
+	if r.crds != nil {
+		if cr, ok := r.crds.ForKind(plane, gk); ok {
+			return cr.Resource, cr.Namespaced, true
+		}
+	}
+	if !r.populate(ctx) {
+		return schema.GroupVersionResource{}, false, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.byKind[gk]
+	return b.resource, b.namespaced, ok
+}
+
+// Version implements gc.Resolver.
+func (r *resolver) Version(ctx context.Context, plane string, gr schema.GroupResource) (string, bool) {
+	if r.crds != nil {
+		if cr, ok := r.crds.ForResource(plane, gr); ok {
+			return cr.Resource.Version, true
+		}
+	}
+	if !r.populate(ctx) {
+		return "", false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.byGR[gr]
+	return b.resource.Version, ok
+}
+
+// populate learns the built-in resources once; a failed attempt is retried
+// on the next call.
+func (r *resolver) populate(context.Context) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.populated {
+		return true
+	}
+	client, err := discovery.NewDiscoveryClientForConfig(r.discovery)
+	if err != nil {
+		return false
+	}
+	lists, err := client.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return false
+	}
+	byKind := map[schema.GroupKind]builtin{}
+	byGR := map[schema.GroupResource]builtin{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range list.APIResources {
+			gr := gv.WithResource(res.Name).GroupResource()
+			// Only resources built into the server: the root plane's own
+			// CRDs are custom resources like any plane's.
+			s := r.storage.Storage(gr)
+			if s == nil {
+				continue
+			}
+			if _, custom := s.New().(*unstructured.Unstructured); custom {
+				continue
+			}
+			b := builtin{resource: gv.WithResource(res.Name), namespaced: res.Namespaced}
+			byKind[gv.WithKind(res.Kind).GroupKind()] = b
+			byGR[gr] = b
+		}
+	}
+	r.byKind, r.byGR, r.populated = byKind, byGR, true
+	return true
+}
+
+// coreResource is the group/resource of a core resource name.
+func coreResource(resource string) schema.GroupResource { return schema.GroupResource{Resource: resource} }
