@@ -117,4 +117,6 @@ func (r *resolver) populate(context.Context) bool {
 }
 
 // coreResource is the group/resource of a core resource name.
-func coreResource(resource string) schema.GroupResource { return schema.GroupResource{Resource: resource} }
+func coreResource(resource string) schema.GroupResource {
+	return schema.GroupResource{Resource: resource}
+}

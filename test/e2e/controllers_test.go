@@ -79,7 +79,7 @@ func fillNamespace(t *testing.T, c kubernetes.Interface, ns string) int {
 		_, err = c.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 		must(err)
 		_, err = c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}}, metav1.CreateOptions{})
 		must(err)
 		_, err = c.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -154,10 +154,22 @@ func TestNamespaceDeletion(t *testing.T) {
 		}
 		left := 0
 		for _, list := range []func() (int, error){
-			func() (int, error) { l, err := ca.CoreV1().ConfigMaps("work").List(ctx, metav1.ListOptions{}); return lenOr(l, err) },
-			func() (int, error) { l, err := ca.CoreV1().Secrets("work").List(ctx, metav1.ListOptions{}); return lenOr(l, err) },
-			func() (int, error) { l, err := ca.AppsV1().Deployments("work").List(ctx, metav1.ListOptions{}); return lenOr(l, err) },
-			func() (int, error) { l, err := ca.BatchV1().Jobs("work").List(ctx, metav1.ListOptions{}); return lenOr(l, err) },
+			func() (int, error) {
+				l, err := ca.CoreV1().ConfigMaps("work").List(ctx, metav1.ListOptions{})
+				return lenOr(l, err)
+			},
+			func() (int, error) {
+				l, err := ca.CoreV1().Secrets("work").List(ctx, metav1.ListOptions{})
+				return lenOr(l, err)
+			},
+			func() (int, error) {
+				l, err := ca.AppsV1().Deployments("work").List(ctx, metav1.ListOptions{})
+				return lenOr(l, err)
+			},
+			func() (int, error) {
+				l, err := ca.BatchV1().Jobs("work").List(ctx, metav1.ListOptions{})
+				return lenOr(l, err)
+			},
 			func() (int, error) {
 				l, err := dyn.Resource(rayGVR).Namespace("work").List(ctx, metav1.ListOptions{})
 				if err != nil {
@@ -339,7 +351,9 @@ func TestGarbageCollection(t *testing.T) {
 			}
 			for _, get := range []func() (metav1.Object, error){
 				func() (metav1.Object, error) { return c.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{}) },
-				func() (metav1.Object, error) { return c.AppsV1().ReplicaSets(ns).Get(ctx, rs.Name, metav1.GetOptions{}) },
+				func() (metav1.Object, error) {
+					return c.AppsV1().ReplicaSets(ns).Get(ctx, rs.Name, metav1.GetOptions{})
+				},
 			} {
 				o, err := get()
 				if err != nil {
@@ -572,5 +586,3 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 		t.Fatalf("default service account rewritten after restart: %v (%s -> %s)", err, sa.ResourceVersion, after.ResourceVersion)
 	}
 }
-
-
