@@ -77,6 +77,8 @@ func serverCommand() *cli.Command {
 				Usage: "RBAC a new plane starts with: minimal (cluster-admin, admin, edit, view, discovery roles) or full (the upstream bootstrap policy)"},
 			&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
 				Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
+			&cli.BoolFlag{Name: "disable-controllers", Destination: &o.DisableControllers, EnvVars: []string{"KPLANE_DISABLE_CONTROLLERS"},
+				Usage: "run no generic controllers (namespace deletion, garbage collection, default service accounts): planes are API and storage only"},
 			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
 				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
 		},

@@ -186,6 +186,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxRequestsInFlight:         c.Options.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,
+		DisableControllers:          c.Options.DisableControllers,
 		CACert:                      c.CA.PEM,
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,

@@ -35,6 +35,10 @@ type Options struct {
 
 	EnableProfiling bool
 
+	// DisableControllers runs no generic controllers (namespace deletion,
+	// garbage collection, service accounts): planes are API and storage only.
+	DisableControllers bool
+
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.

@@ -121,6 +121,9 @@ func (b *Bootstrapper) bootstrap(ctx context.Context) error {
 	g.Go(func() error { return b.write(gctx, "services", b.kubernetesService()) })
 	for _, ns := range SystemNamespaces {
 		g.Go(func() error { return b.write(gctx, "configmaps", b.rootCA(ns)) })
+		// The service-account controller would create it moments later;
+		// written here, a ready plane accepts Pods at once.
+		g.Go(func() error { return b.write(gctx, "serviceaccounts", defaultServiceAccount(ns)) })
 	}
 	for _, obj := range b.rbac.all() {
 		g.Go(func() error { return b.write(gctx, obj.resource, obj.object) })
@@ -159,6 +162,10 @@ func (b *Bootstrapper) kubernetesService() runtime.Object {
 				TargetPort: intstr.FromInt32(b.config.ServicePort)}},
 		},
 	}
+}
+
+func defaultServiceAccount(namespace string) runtime.Object {
+	return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: namespace}}
 }
 
 func (b *Bootstrapper) rootCA(namespace string) runtime.Object {

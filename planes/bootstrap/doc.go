@@ -1,6 +1,7 @@
 // Package bootstrap brings a plane into being: it writes the objects every
-// Kubernetes cluster starts with (the system namespaces) the first time an
-// authenticated request reaches a plane, before that request is served.
+// Kubernetes cluster starts with (the system namespaces with their default
+// ServiceAccount and kube-root-ca.crt, the default/kubernetes Service, the
+// RBAC roles) straight into storage, before the plane is Ready.
 // Bootstrap is idempotent and runs once per plane per process; concurrent
 // first requests to the same plane share one bootstrap.
 package bootstrap

@@ -50,8 +50,9 @@ func New(config Config) (*Controllers, error) {
 	stores := func(resource string) *planestorage.Store {
 		return config.Storage.Storage(coreResource(resource))
 	}
+	resolver := newResolver(forPlane(planesRootForDiscovery), config.Storage, config.CustomResources)
 	namespaces, err := namespace.New(namespace.Config{
-		Client: client, ForPlane: forPlane, Storage: config.Storage, CustomResources: config.CustomResources,
+		Client: client, Resources: resolver.NamespacedResources, Storage: config.Storage, CustomResources: config.CustomResources,
 	})
 	if err != nil {
 		return nil, err
@@ -60,7 +61,6 @@ func New(config Config) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	resolver := newResolver(forPlane(planesRootForDiscovery), config.Storage, config.CustomResources)
 	h := newHub(config.Storage, nil)
 	collector, err := gc.New(gc.Config{Client: client, Storage: config.Storage, Resolver: resolver, Synced: h.synced})
 	if err != nil {

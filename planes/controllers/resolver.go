@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -35,6 +37,9 @@ type resolver struct {
 	byKind    map[schema.GroupKind]builtin
 	byGR      map[schema.GroupResource]builtin
 	populated bool
+	// namespaced lists the built-in namespaced resources, as discovery
+	// serves them in every plane.
+	namespaced []*metav1.APIResourceList
 }
 
 func newResolver(discovery *rest.Config, storage *planestorage.Registry, crds *crds.Server) *resolver {
@@ -91,11 +96,13 @@ func (r *resolver) populate(context.Context) bool {
 	}
 	byKind := map[schema.GroupKind]builtin{}
 	byGR := map[schema.GroupResource]builtin{}
+	var namespaced []*metav1.APIResourceList
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
 			continue
 		}
+		kept := &metav1.APIResourceList{GroupVersion: list.GroupVersion}
 		for _, res := range list.APIResources {
 			gr := gv.WithResource(res.Name).GroupResource()
 			// Only resources built into the server: the root plane's own
@@ -110,10 +117,52 @@ func (r *resolver) populate(context.Context) bool {
 			b := builtin{resource: gv.WithResource(res.Name), namespaced: res.Namespaced}
 			byKind[gv.WithKind(res.Kind).GroupKind()] = b
 			byGR[gr] = b
+			if res.Namespaced {
+				kept.APIResources = append(kept.APIResources, res)
+			}
+		}
+		if len(kept.APIResources) > 0 {
+			namespaced = append(namespaced, kept)
 		}
 	}
-	r.byKind, r.byGR, r.populated = byKind, byGR, true
+	r.byKind, r.byGR, r.namespaced, r.populated = byKind, byGR, namespaced, true
 	return true
+}
+
+// customResourceVerbs are the verbs every custom resource serves.
+var customResourceVerbs = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+// NamespacedResources returns what discovery of plane lists as namespaced
+// resources at their preferred versions, without asking it: the built-in
+// ones are the same in every plane, the custom ones come from the plane's
+// CRDs. Serving a plane's discovery documents costs far more than this.
+func (r *resolver) NamespacedResources(ctx context.Context, plane string) ([]*metav1.APIResourceList, error) {
+	if !r.populate(ctx) {
+		return nil, fmt.Errorf("the server's discovery is not available yet")
+	}
+	r.mu.Lock()
+	out := append([]*metav1.APIResourceList{}, r.namespaced...)
+	r.mu.Unlock()
+	if r.crds == nil {
+		return out, nil
+	}
+	byGV := map[string]*metav1.APIResourceList{}
+	for _, cr := range r.crds.CustomResources(plane) {
+		if !cr.Namespaced {
+			continue
+		}
+		gv := cr.Resource.GroupVersion().String()
+		list := byGV[gv]
+		if list == nil {
+			list = &metav1.APIResourceList{GroupVersion: gv}
+			byGV[gv] = list
+			out = append(out, list)
+		}
+		list.APIResources = append(list.APIResources, metav1.APIResource{
+			Name: cr.Resource.Resource, Namespaced: true, Kind: cr.Kind, Verbs: customResourceVerbs,
+		})
+	}
+	return out, nil
 }
 
 // coreResource is the group/resource of a core resource name.

@@ -28,6 +28,18 @@ func (s *Server) ForResource(plane string, gr schema.GroupResource) (CustomResou
 	})
 }
 
+// CustomResources returns plane's established custom resources.
+func (s *Server) CustomResources(plane string) []CustomResource {
+	var out []CustomResource
+	entries, _ := s.index.List(plane)
+	for _, e := range entries {
+		if cr, ok := s.find(plane, func(crd *apiextensionsv1.CustomResourceDefinition) bool { return crd == e.crd }); ok {
+			out = append(out, cr)
+		}
+	}
+	return out
+}
+
 func (s *Server) find(plane string, match func(*apiextensionsv1.CustomResourceDefinition) bool) (CustomResource, bool) {
 	entries, _ := s.index.List(plane)
 	for _, e := range entries {

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
@@ -32,10 +33,34 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 	// were inside have finished, so nothing writes to it any more.
 	// Most resources of a plane are empty; what a wipe costs is one
 	// consistent list per resource, and those overlap well.
-	var total atomic.Int64
-	g, gctx := errgroup.WithContext(pctx)
-	g.SetLimit(wipeParallelism)
+	// CRDs go last: deleting a plane's last CRD of a kind releases the
+	// storage of its custom resources, which must be empty by then.
+	var first, last []*planestorage.Store
 	for _, s := range m.config.Storage.Stores() {
+		if s.Resource() == crdResource {
+			last = append(last, s)
+		} else {
+			first = append(first, s)
+		}
+	}
+	var total int
+	for _, stores := range [][]*planestorage.Store{first, last} {
+		n, err := wipeStores(pctx, plane, stores)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+
+func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store) (int, error) {
+	var total atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(wipeParallelism)
+	for _, s := range stores {
 		g.Go(func() error {
 			n, err := wipeStore(gctx, s)
 			total.Add(int64(n))

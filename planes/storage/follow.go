@@ -3,12 +3,15 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
@@ -47,9 +50,7 @@ func ObjectKey(obj runtime.Object) string {
 // namespace/name and cannot be used here).
 func Follow(ctx context.Context, s *Store, h Handler) {
 	all := planes.WithAllPlanes(ctx)
-	// known holds only the identity of what the handler has seen, so that a
-	// relist can report what vanished: objects stay in the watch cache.
-	known := map[string]runtime.Object{}
+	known := &seen{uids: map[string]types.UID{}}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		rv, err := relist(all, s, h, known)
@@ -73,7 +74,40 @@ func Follow(ctx context.Context, s *Store, h Handler) {
 	}
 }
 
-func relist(ctx context.Context, s *Store, h Handler, known map[string]runtime.Object) (string, error) {
+// seen is what a handler has been given, so that a relist can report what
+// vanished meanwhile: per object only its key and uid (the objects
+// themselves stay in the watch cache), and the one kind of the storage.
+type seen struct {
+	uids map[string]types.UID
+	gvk  schema.GroupVersionKind
+}
+
+func (k *seen) add(obj runtime.Object) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	k.uids[ObjectKey(obj)] = accessor.GetUID()
+	if gvk := obj.GetObjectKind().GroupVersionKind(); !gvk.Empty() {
+		k.gvk = gvk
+	}
+}
+
+// tombstone rebuilds the identity of the object known under key
+// (plane/namespace/name).
+func (k *seen) tombstone(key string, uid types.UID) runtime.Object {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return nil
+	}
+	t := &metav1.PartialObjectMetadata{}
+	t.SetGroupVersionKind(k.gvk)
+	t.Name, t.Namespace, t.UID = parts[2], parts[1], uid
+	t.Annotations = map[string]string{planes.Annotation: parts[0]}
+	return t
+}
+
+func relist(ctx context.Context, s *Store, h Handler, known *seen) (string, error) {
 	list := s.NewList()
 	if err := s.GetList(ctx, s.resourcePrefix, storage.ListOptions{
 		ResourceVersion: "0", Recursive: true, Predicate: storage.Everything,
@@ -84,17 +118,18 @@ func relist(ctx context.Context, s *Store, h Handler, known map[string]runtime.O
 	if err != nil {
 		return "", err
 	}
-	seen := make(map[string]bool, len(items))
+	listed := make(map[string]bool, len(items))
 	for _, obj := range items {
-		key := ObjectKey(obj)
-		seen[key] = true
-		known[key] = tombstone(obj)
+		listed[ObjectKey(obj)] = true
+		known.add(obj)
 		h.Upsert(obj)
 	}
-	for key, obj := range known {
-		if !seen[key] {
-			delete(known, key)
-			h.Delete(obj)
+	for key, uid := range known.uids {
+		if !listed[key] {
+			delete(known.uids, key)
+			if t := known.tombstone(key, uid); t != nil {
+				h.Delete(t)
+			}
 		}
 	}
 	h.Synced()
@@ -105,7 +140,7 @@ func relist(ctx context.Context, s *Store, h Handler, known map[string]runtime.O
 	return listMeta.GetResourceVersion(), nil
 }
 
-func follow(ctx context.Context, s *Store, h Handler, known map[string]runtime.Object, rv string) error {
+func follow(ctx context.Context, s *Store, h Handler, known *seen, rv string) error {
 	w, err := s.Watch(ctx, s.resourcePrefix, storage.ListOptions{
 		ResourceVersion: rv, Recursive: true, Predicate: storage.Everything,
 	})
@@ -124,10 +159,10 @@ func follow(ctx context.Context, s *Store, h Handler, known map[string]runtime.O
 			obj := unwrap(ev.Object)
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				known[ObjectKey(obj)] = tombstone(obj)
+				known.add(obj)
 				h.Upsert(obj)
 			case watch.Deleted:
-				delete(known, ObjectKey(obj))
+				delete(known.uids, ObjectKey(obj))
 				h.Delete(obj)
 			case watch.Error:
 				return fmt.Errorf("watch of %s: %v", s.resource, ev.Object)
@@ -142,20 +177,4 @@ func unwrap(obj runtime.Object) runtime.Object {
 		return c.GetObject()
 	}
 	return obj
-}
-
-// tombstone keeps what identifies obj (kind, plane, namespace, name, uid):
-// enough to report its deletion.
-func tombstone(obj runtime.Object) runtime.Object {
-	accessor, err := meta.Accessor(obj)
-	if err != nil {
-		return obj
-	}
-	t := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{
-		APIVersion: obj.GetObjectKind().GroupVersionKind().GroupVersion().String(),
-		Kind:       obj.GetObjectKind().GroupVersionKind().Kind,
-	}}
-	t.Name, t.Namespace, t.UID = accessor.GetName(), accessor.GetNamespace(), accessor.GetUID()
-	t.Annotations = map[string]string{planes.Annotation: planes.OfObject(obj)}
-	return t
 }

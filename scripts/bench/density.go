@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,13 @@ type densityParams struct {
 	ConfigMaps int
 	Datastore  string
 	Bootstrap  string
+	// ProfileDir, when set, receives a heap profile of the loaded server.
+	ProfileDir string
+	// ExtraArgs are passed to the server.
+	ExtraArgs []string
+	// After runs on the loaded server once memory is measured, adding
+	// its own figures.
+	After func(s *server, figures map[string]float64) error
 }
 
 // density creates Planes planes (bootstrap + ConfigMaps configmaps each)
@@ -24,7 +32,7 @@ type densityParams struct {
 // per plane and the create->ready latency of a new plane (the first
 // request to an unknown plane, which bootstraps it, until it answers).
 func density(binary string, p densityParams) (Result, error) {
-	args := []string{"--plane-bootstrap", p.Bootstrap}
+	args := append([]string{"--plane-bootstrap", p.Bootstrap}, p.ExtraArgs...)
 	if p.Datastore != "" {
 		args = append(args, "--datastore-endpoint", p.Datastore)
 	}
@@ -76,10 +84,13 @@ func density(binary string, p densityParams) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if err := profile(s, p.ProfileDir, "density-"+strings.Join(append([]string{p.Bootstrap}, p.ExtraArgs...), "")); err != nil {
+		return Result{}, err
+	}
 
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	const mib = 1 << 20
-	return Result{
+	r := Result{
 		Scenario: "density",
 		Params: map[string]any{"planes": p.Planes, "workers": p.Workers, "configmapsPerPlane": p.ConfigMaps,
 			"datastore": datastoreName(p.Datastore), "bootstrap": p.Bootstrap},
@@ -97,7 +108,13 @@ func density(binary string, p densityParams) (Result, error) {
 			"planes_per_second":           float64(p.Planes) / elapsed.Seconds(),
 			"total_seconds":               elapsed.Seconds(),
 		},
-	}, nil
+	}
+	if p.After != nil {
+		if err := p.After(s, r.Figures); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
 }
 
 // createPlane bootstraps a plane with its first request and writes n

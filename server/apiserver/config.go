@@ -22,6 +22,7 @@ import (
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/client-go/rest"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
@@ -74,6 +75,9 @@ type Config struct {
 
 	// EnableProfiling serves /debug/pprof on the root plane (admin only).
 	EnableProfiling bool
+
+	// DisableControllers runs no generic controllers.
+	DisableControllers bool
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
 	CACert []byte
@@ -285,7 +289,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating apiserver: %w", err)
 	}
 
-	loopbackConfig := server.GenericAPIServer.LoopbackClientConfig
+	// In-process clients are not rate limited (client-go's default is 5
+	// requests per second): they serve every plane at once, and the
+	// server's max-in-flight limits bound them like any client.
+	loopbackConfig := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
+	loopbackConfig.QPS = -1
 	core := &coreProvider{
 		generic:    c.controlPlane.NewCoreGenericConfig(),
 		loopback:   loopback.Routed(loopbackConfig),
@@ -376,6 +384,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-generic-controllers", func(ctx genericapiserver.PostStartHookContext) error {
 		// Controllers address planes with requests that never provision
 		// one: they start once every existing plane is known.
+		if c.config.DisableControllers {
+			return nil
+		}
 		go func() {
 			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 				return manager.HasSynced(), nil

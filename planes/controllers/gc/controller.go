@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -67,7 +68,19 @@ type Collector struct {
 	graph  *graph
 	client metadata.Interface
 	queue  workqueue.TypedRateLimitingInterface[task]
+
+	// deleting holds when the collector first saw each owner that waits
+	// for it (orphan or foreground finalizer), to give the graph time to
+	// learn of dependents written just before the owner's deletion: every
+	// resource is followed by its own watch, so their events arrive in no
+	// particular order across resources.
+	mu       sync.Mutex
+	deleting map[uidKey]time.Time
 }
+
+// graphSettle is how long an owner's deletion waits for the graph before
+// its dependents are released or it is let go.
+const graphSettle = time.Second
 
 // New returns a collector; Run starts it.
 func New(config Config) (*Collector, error) {
@@ -78,7 +91,7 @@ func New(config Config) (*Collector, error) {
 	if config.Workers <= 0 {
 		config.Workers = 4
 	}
-	return &Collector{config: config, graph: newGraph(), client: client,
+	return &Collector{config: config, graph: newGraph(), client: client, deleting: map[uidKey]time.Time{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[task](),
 			workqueue.TypedRateLimitingQueueConfig[task]{Name: "kplane_garbage_collector"})}, nil
 }
@@ -117,6 +130,7 @@ func (c *Collector) Delete(_ schema.GroupResource, obj runtime.Object) {
 		return
 	}
 	plane, uid := planes.OfObject(obj), accessor.GetUID()
+	c.settled(uidKey{plane, uid})
 	if n := c.graph.remove(plane, uid); n != nil {
 		c.ownersChanged(n)
 	}
@@ -135,7 +149,16 @@ func (c *Collector) ownersChanged(n *node) {
 }
 
 // ForgetPlane drops what the collector holds for a deleted plane.
-func (c *Collector) ForgetPlane(plane string) { c.graph.forgetPlane(plane) }
+func (c *Collector) ForgetPlane(plane string) {
+	c.graph.forgetPlane(plane)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.deleting {
+		if key.plane == plane {
+			delete(c.deleting, key)
+		}
+	}
+}
 
 // Run collects until ctx is done.
 func (c *Collector) Run(ctx context.Context) {
@@ -305,8 +328,16 @@ func (c *Collector) locate(ctx context.Context, dependent object, ref metav1.Own
 
 func (c *Collector) processOwner(ctx context.Context, o object) error {
 	current, err := c.cached(ctx, o)
+	key := uidKey{o.plane, o.uid}
 	if err != nil || current == nil || current.GetUID() != o.uid || current.GetDeletionTimestamp() == nil {
+		if err == nil {
+			c.settled(key)
+		}
 		return err
+	}
+	if wait := c.settleFor(key); wait > 0 {
+		c.queue.AddAfter(task{op: owner, object: o}, wait)
+		return nil
 	}
 	fins := current.GetFinalizers()
 	switch {
@@ -334,6 +365,25 @@ func (c *Collector) processOwner(ctx context.Context, o object) error {
 		return c.removeFinalizer(ctx, o, metav1.FinalizerDeleteDependents)
 	}
 	return nil
+}
+
+// settleFor returns how much longer the owner key must wait for the graph.
+func (c *Collector) settleFor(key uidKey) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first, ok := c.deleting[key]
+	if !ok {
+		c.deleting[key] = time.Now()
+		return graphSettle
+	}
+	return graphSettle - time.Since(first)
+}
+
+// settled forgets an owner that is gone.
+func (c *Collector) settled(key uidKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.deleting, key)
 }
 
 // cached reads o from the shared watch cache; nil when it is not there.

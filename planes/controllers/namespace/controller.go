@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -33,9 +32,9 @@ type Key struct{ Plane, Name string }
 type Config struct {
 	// Client addresses the plane in each call's context (loopback.Controller).
 	Client *rest.Config
-	// ForPlane returns a client configuration addressing one plane, for
-	// discovery (which takes no context).
-	ForPlane func(plane string) *rest.Config
+	// Resources returns the namespaced resources plane serves, as its
+	// discovery lists them.
+	Resources func(ctx context.Context, plane string) ([]*metav1.APIResourceList, error)
 	// Storage finds the plane-scoped storage of a resource, to tell from
 	// memory which resources hold anything in a namespace.
 	Storage *planestorage.Registry
@@ -205,11 +204,7 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 // handles again until it is empty.
 func (c *Controller) discoverer(ctx context.Context, key Key) func() ([]*metav1.APIResourceList, error) {
 	return func() ([]*metav1.APIResourceList, error) {
-		client, err := discovery.NewDiscoveryClientForConfig(c.config.ForPlane(key.Plane))
-		if err != nil {
-			return nil, err
-		}
-		lists, discoveryErr := client.ServerPreferredNamespacedResources()
+		lists, discoveryErr := c.config.Resources(ctx, key.Plane)
 		if c.config.CustomResources != nil {
 			if err := c.config.CustomResources.EnsureStorages(ctx, key.Plane); err != nil {
 				return nil, err
