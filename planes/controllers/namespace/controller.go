@@ -203,6 +203,19 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 // terminating are refused by admission; the deleter lists each resource it
 // handles again until it is empty.
 func (c *Controller) discoverer(ctx context.Context, key Key) func() ([]*metav1.APIResourceList, error) {
+	// The deleter asks twice per sync (for its verb cache, then for the
+	// content); one look at the caches serves both.
+	var once sync.Once
+	var lists []*metav1.APIResourceList
+	var err error
+	discover := c.discover(ctx, key)
+	return func() ([]*metav1.APIResourceList, error) {
+		once.Do(func() { lists, err = discover() })
+		return lists, err
+	}
+}
+
+func (c *Controller) discover(ctx context.Context, key Key) func() ([]*metav1.APIResourceList, error) {
 	return func() ([]*metav1.APIResourceList, error) {
 		lists, discoveryErr := c.config.Resources(ctx, key.Plane)
 		if c.config.CustomResources != nil {
