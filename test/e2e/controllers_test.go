@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -584,5 +585,62 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 	after, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || after.ResourceVersion != sa.ResourceVersion {
 		t.Fatalf("default service account rewritten after restart: %v (%s -> %s)", err, sa.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+// TestControllersSurvivePlaneDeletion: a plane deleted while controllers
+// hold work for it (a namespace waiting on a finalizer, an owner deleted in
+// the foreground) is gone for good: no controller brings it back. The work
+// queues are in /metrics.
+func TestControllersSurvivePlaneDeletion(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "midwork")
+	c := s.Client(t, plane)
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "w"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ConfigMaps("w").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name: "held", Finalizers: []string{"example.com/hold"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d, _, pod := chain(t, c, "default", "mid")
+	dropFinalizers[*corev1.Pod](t, c.CoreV1().Pods("default"), pod.Name)
+	if _, err := c.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AppsV1().Deployments("default").Delete(ctx, d.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Namespaces().Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if out, err := kplaneCmd(t, s, "planes", "delete", plane); err != nil {
+		t.Fatalf("kplane planes delete: %v\n%s", err, out)
+	}
+	// Give any leftover work time to run (and fail).
+	time.Sleep(2 * time.Second)
+	if out := s.MustKubectl(t, "root", "", "get", "planes", "-o", "name"); strings.Contains(out, "/"+plane+"\n") {
+		t.Fatalf("plane %s came back:\n%s", plane, out)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.PlaneURL(plane)+"/readyz", nil)
+	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
+	resp, err := s.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("readyz of the deleted plane: %d", resp.StatusCode)
+	}
+
+	metrics := s.MustKubectl(t, "root", "", "get", "--raw", "/metrics")
+	for _, name := range []string{"kplane_namespace", "kplane_garbage_collector", "kplane_serviceaccounts"} {
+		if !strings.Contains(metrics, `workqueue_depth{name="`+name+`"}`) {
+			t.Errorf("/metrics has no work-queue depth of %s", name)
+		}
 	}
 }
