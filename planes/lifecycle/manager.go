@@ -185,6 +185,10 @@ func (m *Manager) Count() int {
 // HasSynced reports whether every stored Plane is known.
 func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
 
+// Informer is the manager's informer of Plane objects, for other
+// controllers to share; Run runs it.
+func (m *Manager) Informer() cache.SharedIndexInformer { return m.informer }
+
 // Run keeps the planes until ctx is done.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.queue.ShutDown()

@@ -34,6 +34,7 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/subjectrestriction"
 	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
 
+	"kplane.dev/kplane/fleet"
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/admission"
 	"kplane.dev/kplane/planes/auth"
@@ -364,6 +365,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	c.planeCount.PlaneCounter = manager
 	c.lifecycle.m.Store(manager)
+	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
+	if err != nil {
+		return nil, err
+	}
 
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
 		return boot.Ensure(ctx, planes.Root)
@@ -397,6 +402,16 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	})
 
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
+		if err := waitForRootCRDs(ctx, loopbackConfig); err != nil {
+			return err
+		}
+		go fleets.Run(ctx)
+		return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+			return fleets.HasSynced(), nil
+		})
+	})
+
 	s := &Server{
 		GenericAPIServer: server.GenericAPIServer,
 		Bootstrapper:     boot,
@@ -404,6 +419,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Core:             core.registries,
 		CRDs:             customResources,
 		Planes:           manager,
+		Fleets:           fleets,
 	}
 	return s, nil
 }

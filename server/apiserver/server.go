@@ -15,6 +15,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	api "k8s.io/kubernetes/pkg/apis/core"
 
+	"kplane.dev/kplane/fleet"
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
@@ -30,6 +31,7 @@ type Server struct {
 	Core             *CoreRegistries
 	CRDs             *crds.Server
 	Planes           *lifecycle.Manager
+	Fleets           *fleet.Controller
 }
 
 // Run serves until ctx is done, then shuts down gracefully: it stops

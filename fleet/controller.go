@@ -1,0 +1,304 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"kplane.dev/kplane/planes/lifecycle"
+)
+
+// Config is what the controller works with.
+type Config struct {
+	// Loopback reaches the root plane as the server (system:masters).
+	Loopback *rest.Config
+	// Planes is the informer of Plane objects (shared with the plane
+	// lifecycle manager, which runs it). It must not be started yet: New
+	// adds an index to it.
+	Planes cache.SharedIndexInformer
+	// Parallelism bounds the API calls one reconcile has in flight
+	// (Plane creates, deletes, label changes, readyz probes).
+	Parallelism int
+	// Workers is the number of Fleets reconciled at once.
+	Workers int
+}
+
+// byFleet indexes Planes by the Fleet that owns them.
+const byFleet = "kplane.dev/fleet"
+
+// eventDelay gathers the Plane events of one Fleet into one reconcile.
+const eventDelay = 50 * time.Millisecond
+
+// createdMemory is how long a Plane this controller created is taken as
+// existing before the informer shows it.
+const createdMemory = 30 * time.Second
+
+// Controller keeps Fleets.
+type Controller struct {
+	config  Config
+	fleets  dynamic.NamespaceableResourceInterface
+	planes  dynamic.NamespaceableResourceInterface
+	probe   *http.Client
+	probeTo string
+
+	fleetInformer cache.SharedIndexInformer
+	queue         workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// state holds what the controller remembers of each Fleet between
+	// reconciles; everything else is read from the API.
+	state map[string]*fleetState
+	// contested maps a plane to the Fleets that ask for it while another
+	// Fleet owns it, so that they are told when it is let go.
+	contested map[string]map[string]struct{}
+	// readyz holds the UIDs of Planes whose readyz answered ok: a plane
+	// does not stop being ready until it is deleted.
+	readyz map[types.UID]struct{}
+}
+
+// fleetState is the controller's memory of one Fleet.
+type fleetState struct {
+	lastStatusWrite time.Time
+	// created holds the members created recently, until the informer
+	// shows them.
+	created map[string]time.Time
+	// contested is the members another Fleet owns.
+	contested map[string]struct{}
+	// createError is the last failed create, retried from retryAt.
+	createError   string
+	createFailed  bool // the error is the caller's to fix (4xx), not transient
+	retryAt       time.Time
+	createBackoff time.Duration
+}
+
+// New returns a controller; Run starts it.
+func New(config Config) (*Controller, error) {
+	if config.Parallelism <= 0 {
+		config.Parallelism = 16
+	}
+	if config.Workers <= 0 {
+		config.Workers = 2
+	}
+	client, err := dynamic.NewForConfig(config.Loopback)
+	if err != nil {
+		return nil, err
+	}
+	probe, err := rest.HTTPClientFor(config.Loopback)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		config:    config,
+		fleets:    client.Resource(GVR),
+		planes:    client.Resource(lifecycle.GVR),
+		probe:     probe,
+		probeTo:   config.Loopback.Host,
+		state:     map[string]*fleetState{},
+		contested: map[string]map[string]struct{}{},
+		readyz:    map[types.UID]struct{}{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 100)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_fleets"}),
+	}
+	if err := config.Planes.AddIndexers(cache.Indexers{byFleet: func(obj any) ([]string, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if owner := u.GetLabels()[Label]; owner != "" {
+				return []string{owner}, nil
+			}
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("indexing Planes by Fleet: %w", err)
+	}
+	if _, err := config.Planes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.planeChanged(nil, obj) },
+		UpdateFunc: func(old, obj any) { c.planeChanged(old, obj) },
+		DeleteFunc: c.planeDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	c.fleetInformer = dynamicinformer.NewDynamicSharedInformerFactory(client, 0).ForResource(GVR).Informer()
+	if _, err := c.fleetInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.fleetChanged(nil, obj) },
+		UpdateFunc: c.fleetChanged,
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				c.queue.Add(u.GetName())
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// HasSynced reports whether every stored Fleet and Plane is known.
+func (c *Controller) HasSynced() bool {
+	return c.fleetInformer.HasSynced() && c.config.Planes.HasSynced()
+}
+
+// Run keeps the Fleets until ctx is done. The Plane informer is run by its
+// owner.
+func (c *Controller) Run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	go c.fleetInformer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
+		return
+	}
+	for i := 0; i < c.config.Workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+// fleetChanged queues a Fleet when something a reconcile acts on changed;
+// status writes (the controller's own) do not.
+func (c *Controller) fleetChanged(old, obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	if prev, ok := old.(*unstructured.Unstructured); ok &&
+		prev.GetGeneration() == u.GetGeneration() &&
+		(prev.GetDeletionTimestamp() == nil) == (u.GetDeletionTimestamp() == nil) &&
+		len(prev.GetFinalizers()) == len(u.GetFinalizers()) {
+		return
+	}
+	c.queue.Add(u.GetName())
+}
+
+// planeChanged queues the Fleets a Plane event concerns: its owner before
+// and after, and the Fleets waiting for it.
+func (c *Controller) planeChanged(old, obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	owner := u.GetLabels()[Label]
+	if owner != "" {
+		c.queue.AddAfter(owner, eventDelay)
+	}
+	if prev, ok := old.(*unstructured.Unstructured); ok {
+		if before := prev.GetLabels()[Label]; before != "" && before != owner {
+			c.queue.AddAfter(before, eventDelay)
+		}
+	}
+	c.queueContenders(u.GetName())
+}
+
+func (c *Controller) planeDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	owner := u.GetLabels()[Label]
+	c.mu.Lock()
+	delete(c.readyz, u.GetUID())
+	if s := c.state[owner]; s != nil {
+		delete(s.created, u.GetName())
+	}
+	c.mu.Unlock()
+	if owner != "" {
+		c.queue.AddAfter(owner, eventDelay)
+	}
+	c.queueContenders(u.GetName())
+}
+
+func (c *Controller) queueContenders(plane string) {
+	c.mu.Lock()
+	var fleets []string
+	for f := range c.contested[plane] {
+		fleets = append(fleets, f)
+	}
+	c.mu.Unlock()
+	for _, f := range fleets {
+		c.queue.AddAfter(f, eventDelay)
+	}
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for {
+		name, shutdown := c.queue.Get()
+		if shutdown {
+			return
+		}
+		after, err := c.reconcile(ctx, name)
+		switch {
+		case err != nil:
+			logrus.WithError(err).WithField("fleet", name).Warn("reconciling Fleet, retrying")
+			c.queue.AddRateLimited(name)
+		case after > 0:
+			c.queue.Forget(name)
+			c.queue.AddAfter(name, after)
+		default:
+			c.queue.Forget(name)
+		}
+		c.queue.Done(name)
+	}
+}
+
+// fleetState returns the memory of a Fleet; callers hold c.mu.
+func (c *Controller) fleetState(name string) *fleetState {
+	s := c.state[name]
+	if s == nil {
+		s = &fleetState{created: map[string]time.Time{}, contested: map[string]struct{}{}}
+		c.state[name] = s
+	}
+	return s
+}
+
+// forget drops the memory of a Fleet that no longer exists.
+func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.state[name]; s != nil {
+		c.setContested(name, s, nil)
+	}
+	delete(c.state, name)
+}
+
+// setContested records which members of a Fleet another Fleet owns;
+// callers hold c.mu.
+func (c *Controller) setContested(fleet string, s *fleetState, planes map[string]struct{}) {
+	for p := range s.contested {
+		if _, still := planes[p]; still {
+			continue
+		}
+		delete(c.contested[p], fleet)
+		if len(c.contested[p]) == 0 {
+			delete(c.contested, p)
+		}
+	}
+	for p := range planes {
+		if c.contested[p] == nil {
+			c.contested[p] = map[string]struct{}{}
+		}
+		c.contested[p][fleet] = struct{}{}
+	}
+	if planes == nil {
+		planes = map[string]struct{}{}
+	}
+	s.contested = planes
+}

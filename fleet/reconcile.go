@@ -1,0 +1,487 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
+)
+
+// createBatch bounds the Planes one reconcile creates, so that a large
+// Fleet reports progress while it grows.
+const createBatch = 256
+
+// probeRetry is when members whose readyz did not answer ok are probed
+// again.
+const probeRetry = time.Second
+
+// reconcile brings one Fleet closer to what it asks for. It returns when
+// to look at the Fleet again (0: when something changes).
+func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	obj, exists, err := c.fleetInformer.GetStore().GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.forget(name)
+		return 0, nil
+	}
+	f := &Fleet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, f); err != nil {
+		return 0, fmt.Errorf("decoding Fleet %s: %w", name, err)
+	}
+	if f.Spec.DeletionPolicy == "" {
+		f.Spec.DeletionPolicy = Retain
+	}
+	if f.DeletionTimestamp != nil {
+		return c.finalize(ctx, f)
+	}
+	if !hasFinalizer(f) {
+		// Before any member exists: a Fleet deleted from now on lets its
+		// members go according to its policy. The update requeues it.
+		return 0, c.setFinalizers(ctx, f, append(f.Finalizers, Finalizer))
+	}
+	return c.sync(ctx, f)
+}
+
+// sync provisions, adopts, probes and lets go of members, then writes the
+// Fleet's status once.
+func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) {
+	now := time.Now()
+	names := MemberNames(f)
+	members := make([]observed, len(names))
+	planeUIDs := make([]types.UID, len(names))
+	var toCreate, toAdopt, toProbe []int
+	contested := map[string]struct{}{}
+
+	c.mu.Lock()
+	s := c.fleetState(f.Name)
+	for i, n := range names {
+		members[i] = observed{name: n, phase: MemberPending}
+		obj, ok, _ := c.config.Planes.GetIndexer().GetByKey(n)
+		if !ok {
+			members[i].message = "creating the plane"
+			if at, recent := s.created[n]; !recent || now.Sub(at) > createdMemory {
+				toCreate = append(toCreate, i)
+			}
+			continue
+		}
+		delete(s.created, n)
+		p := obj.(*unstructured.Unstructured)
+		owner := p.GetLabels()[Label]
+		switch {
+		case owner != f.Name && owner != "" && c.fleetExists(owner):
+			members[i].phase = MemberFailed
+			members[i].message = fmt.Sprintf("the plane is a member of Fleet %s", owner)
+			contested[n] = struct{}{}
+		case p.GetDeletionTimestamp() != nil:
+			members[i].message = "the plane is being deleted; it is created again once it is gone"
+		case owner != f.Name:
+			members[i].message = "adopting the plane"
+			toAdopt = append(toAdopt, i)
+		default:
+			phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
+			planeUIDs[i] = p.GetUID()
+			switch _, probed := c.readyz[p.GetUID()]; {
+			case lifecycle.Phase(phase) != lifecycle.Ready:
+				members[i].message = "the plane is being bootstrapped"
+			case probed:
+				members[i].phase, members[i].message = MemberReady, ""
+			default:
+				members[i].message = "waiting for the plane's readyz"
+				toProbe = append(toProbe, i)
+			}
+		}
+	}
+	c.setContested(f.Name, s, contested)
+	c.mu.Unlock()
+
+	var after time.Duration
+	requeue := func(d time.Duration) {
+		if after == 0 || d < after {
+			after = d
+		}
+	}
+	if len(toCreate) > 0 {
+		if d := c.create(ctx, f, s, names, toCreate, members, now); d > 0 {
+			requeue(d)
+		}
+	}
+	adoptErr := c.forEach(ctx, toAdopt, func(ctx context.Context, i int) error {
+		return c.adopt(ctx, f.Name, names[i])
+	})
+	if err := c.letGo(ctx, f); err != nil {
+		return 0, err
+	}
+	var probeMu sync.Mutex
+	_ = c.forEach(ctx, toProbe, func(ctx context.Context, i int) error {
+		err := c.probeReadyz(ctx, names[i])
+		probeMu.Lock()
+		defer probeMu.Unlock()
+		if err != nil {
+			members[i].message = err.Error()
+			requeue(probeRetry)
+			return nil
+		}
+		members[i].phase, members[i].message = MemberReady, ""
+		c.mu.Lock()
+		c.readyz[planeUIDs[i]] = struct{}{}
+		c.mu.Unlock()
+		return nil
+	})
+
+	st := buildStatus(f, members, metav1.NewTime(now).Rfc3339Copy())
+	if d, err := c.writeStatus(ctx, f, s, st, now); err != nil {
+		return 0, err
+	} else if d > 0 {
+		requeue(d)
+	}
+	if adoptErr != nil {
+		return 0, adoptErr
+	}
+	if d, err := c.expire(ctx, f, st, now); err != nil {
+		return 0, err
+	} else if d > 0 {
+		requeue(d)
+	}
+	return after, nil
+}
+
+// create creates missing members, lowest index first, at most createBatch
+// at a time. After a failed create it waits (1s, doubling to 30s) before
+// creating again, so that a Fleet over the plane limit does not hammer
+// the server; until then the missing members report the error.
+func (c *Controller) create(ctx context.Context, f *Fleet, s *fleetState, names []string, toCreate []int, members []observed, now time.Time) time.Duration {
+	if now.Before(s.retryAt) {
+		c.reportCreateError(s, toCreate, members)
+		return s.retryAt.Sub(now)
+	}
+	batch := toCreate[:min(len(toCreate), createBatch)]
+	var mu sync.Mutex
+	var failed error
+	_ = c.forEach(ctx, batch, func(ctx context.Context, i int) error {
+		mu.Lock()
+		stop := failed != nil
+		mu.Unlock()
+		if stop {
+			return nil
+		}
+		err := c.createPlane(ctx, f.Name, names[i])
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && failed == nil {
+			failed = err
+		}
+		if err == nil {
+			c.mu.Lock()
+			s.created[names[i]] = time.Now()
+			c.mu.Unlock()
+		}
+		return nil
+	})
+	if failed != nil {
+		s.createError = failed.Error()
+		s.createFailed = isCallerError(failed)
+		s.createBackoff = min(max(2*s.createBackoff, time.Second), 30*time.Second)
+		s.retryAt = now.Add(s.createBackoff)
+		c.mu.Lock()
+		var missing []int
+		for _, i := range toCreate {
+			if _, ok := s.created[names[i]]; !ok {
+				missing = append(missing, i)
+			}
+		}
+		c.mu.Unlock()
+		c.reportCreateError(s, missing, members)
+		return s.createBackoff
+	}
+	s.createError, s.createFailed, s.createBackoff = "", false, 0
+	if len(toCreate) > len(batch) {
+		return time.Millisecond
+	}
+	return 0
+}
+
+func (c *Controller) reportCreateError(s *fleetState, missing []int, members []observed) {
+	for _, i := range missing {
+		if s.createFailed {
+			members[i].phase, members[i].message = MemberFailed, s.createError
+		} else {
+			members[i].message = "creating the plane, retrying after: " + s.createError
+		}
+	}
+}
+
+// isCallerError tells errors a retry does not fix by itself (the plane
+// limit, an invalid name) from transient ones.
+func isCallerError(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+func (c *Controller) createPlane(ctx context.Context, fleet, name string) error {
+	plane := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": lifecycle.GVR.GroupVersion().String(), "kind": "Plane",
+		"metadata": map[string]any{"name": name, "labels": map[string]any{Label: fleet}},
+		"spec":     map[string]any{},
+	}}
+	_, err := c.planes.Create(ctx, plane, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// Created by an earlier reconcile the informer has not shown yet,
+		// or by someone else: the next reconcile sees which.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating plane %s: %w", name, err)
+	}
+	return nil
+}
+
+// adopt labels a Plane that belongs to no live Fleet. The resourceVersion
+// makes two Fleets adopting the same plane at once conflict.
+func (c *Controller) adopt(ctx context.Context, fleet, name string) error {
+	obj, ok, _ := c.config.Planes.GetIndexer().GetByKey(name)
+	if !ok {
+		return nil
+	}
+	p := obj.(*unstructured.Unstructured)
+	return c.patchPlane(ctx, name, map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{Label: fleet}, "resourceVersion": p.GetResourceVersion()}})
+}
+
+// letGo removes the members f no longer asks for, according to its
+// deletion policy.
+func (c *Controller) letGo(ctx context.Context, f *Fleet) error {
+	owned, err := c.config.Planes.GetIndexer().ByIndex(byFleet, f.Name)
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]*unstructured.Unstructured, len(owned))
+	names := make([]string, 0, len(owned))
+	for _, obj := range owned {
+		p := obj.(*unstructured.Unstructured)
+		byName[p.GetName()] = p
+		names = append(names, p.GetName())
+	}
+	leaving := Leaving(f, names)
+	idx := make([]int, len(leaving))
+	for i := range idx {
+		idx[i] = i
+	}
+	return c.forEach(ctx, idx, func(ctx context.Context, i int) error {
+		return c.remove(ctx, f, byName[leaving[i]])
+	})
+}
+
+// remove lets one member go: Retain releases it, Delete deletes it.
+func (c *Controller) remove(ctx context.Context, f *Fleet, p *unstructured.Unstructured) error {
+	if p.GetName() == planes.Root {
+		return nil
+	}
+	if f.Spec.DeletionPolicy == Delete {
+		if p.GetDeletionTimestamp() != nil {
+			return nil
+		}
+		uid := p.GetUID()
+		err := c.planes.Delete(ctx, p.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting plane %s: %w", p.GetName(), err)
+		}
+		return nil
+	}
+	return c.patchPlane(ctx, p.GetName(), map[string]any{"metadata": map[string]any{"labels": map[string]any{Label: nil}}})
+}
+
+func (c *Controller) patchPlane(ctx context.Context, name string, patch map[string]any) error {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = c.planes.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("updating plane %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeStatus writes st unless it is what f already says. Progress alone
+// waits out progressInterval since the last write; the returned duration
+// says when to come back for it.
+func (c *Controller) writeStatus(ctx context.Context, f *Fleet, s *fleetState, st Status, now time.Time) (time.Duration, error) {
+	st, data, err := compact(st, statusBudget(f))
+	if err != nil {
+		return 0, err
+	}
+	if equality.Semantic.DeepEqual(st, f.Status) {
+		return 0, nil
+	}
+	if !significant(f.Status, st) {
+		if wait := progressInterval(len(st.Members)) - now.Sub(s.lastStatusWrite); wait > 0 {
+			return wait, nil
+		}
+	}
+	// One JSON patch replaces the whole status: fields it no longer has
+	// go away, which a merge patch would keep.
+	patch := append(append([]byte(`[{"op":"add","path":"/status","value":`), data...), "}]"...)
+	if _, err := c.fleets.Patch(ctx, f.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("writing status of Fleet %s: %w", f.Name, err)
+	}
+	s.lastStatusWrite = now
+	return 0, nil
+}
+
+// expire deletes a Fleet whose time after first being ready is up.
+func (c *Controller) expire(ctx context.Context, f *Fleet, st Status, now time.Time) (time.Duration, error) {
+	if f.Spec.TTLSecondsAfterReady == nil || st.FirstReadyTime == nil {
+		return 0, nil
+	}
+	expiry := st.FirstReadyTime.Add(time.Duration(*f.Spec.TTLSecondsAfterReady) * time.Second)
+	if now.Before(expiry) {
+		return expiry.Sub(now), nil
+	}
+	uid := f.UID
+	err := c.fleets.Delete(ctx, f.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return 0, fmt.Errorf("deleting expired Fleet %s: %w", f.Name, err)
+	}
+	return 0, nil
+}
+
+// finalize lets every member of a deleted Fleet go, then releases the
+// Fleet.
+func (c *Controller) finalize(ctx context.Context, f *Fleet) (time.Duration, error) {
+	if !hasFinalizer(f) {
+		return 0, nil
+	}
+	owned, err := c.config.Planes.GetIndexer().ByIndex(byFleet, f.Name)
+	if err != nil {
+		return 0, err
+	}
+	if len(owned) == 0 {
+		// The informer may lag behind a create: only the API's word lets
+		// the Fleet go.
+		list, err := c.planes.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{Label: f.Name}.String()})
+		if err != nil {
+			return 0, fmt.Errorf("listing members of Fleet %s: %w", f.Name, err)
+		}
+		for i := range list.Items {
+			owned = append(owned, &list.Items[i])
+		}
+	}
+	var members []*unstructured.Unstructured
+	for _, obj := range owned {
+		if p := obj.(*unstructured.Unstructured); p.GetName() != planes.Root {
+			members = append(members, p)
+		}
+	}
+	if len(members) == 0 {
+		var kept []string
+		for _, fin := range f.Finalizers {
+			if fin != Finalizer {
+				kept = append(kept, fin)
+			}
+		}
+		return 0, c.setFinalizers(ctx, f, kept)
+	}
+	idx := make([]int, len(members))
+	for i := range idx {
+		idx[i] = i
+	}
+	if err := c.forEach(ctx, idx, func(ctx context.Context, i int) error {
+		return c.remove(ctx, f, members[i])
+	}); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	s := c.fleetState(f.Name)
+	c.mu.Unlock()
+	now := time.Now()
+	if _, err := c.writeStatus(ctx, f, s, deletingStatus(f, len(members), metav1.NewTime(now).Rfc3339Copy()), now); err != nil {
+		return 0, err
+	}
+	// Plane events bring the Fleet back as members go; this is a floor.
+	return 5 * time.Second, nil
+}
+
+func hasFinalizer(f *Fleet) bool {
+	for _, fin := range f.Finalizers {
+		if fin == Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller) setFinalizers(ctx context.Context, f *Fleet, finalizers []string) error {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": f.ResourceVersion}})
+	if err != nil {
+		return err
+	}
+	_, err = c.fleets.Patch(ctx, f.Name, types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("setting finalizers of Fleet %s: %w", f.Name, err)
+	}
+	return nil
+}
+
+func (c *Controller) fleetExists(name string) bool {
+	_, ok, _ := c.fleetInformer.GetStore().GetByKey(name)
+	return ok
+}
+
+// forEach runs fn for every index with at most Parallelism calls in
+// flight and returns the first error.
+func (c *Controller) forEach(ctx context.Context, idx []int, fn func(context.Context, int) error) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.config.Parallelism)
+	for _, i := range idx {
+		g.Go(func() error { return fn(gctx, i) })
+	}
+	return g.Wait()
+}
+
+// probeReadyz asks the plane's own /readyz.
+func (c *Controller) probeReadyz(ctx context.Context, plane string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.probeTo+planes.Path(plane)+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.probe.Do(req)
+	if err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok" {
+		return nil
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	return fmt.Errorf("readyz answered %d: %s", resp.StatusCode, line)
+}
