@@ -47,8 +47,9 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds")
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet")
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
+	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
 	out := flag.String("out", "bench/density.json", "JSON file to write")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
@@ -73,6 +74,8 @@ func main() {
 			res, err = lifecycle(bin, lifecycleParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, Cycles: *cycles, ProfileDir: *profileDir})
 		case "controllers":
 			res, err = controllersScenario(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Bootstrap: *bootstrap, ProfileDir: *profileDir})
+		case "fleet":
+			res, err = fleetScenario(bin, fleetParams{Replicas: *fleetReplicas, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "crds":
 			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
 		default:
