@@ -30,7 +30,8 @@ type Config struct {
 	// adds an index to it.
 	Planes cache.SharedIndexInformer
 	// Parallelism bounds the API calls one reconcile has in flight
-	// (Plane creates, deletes, label changes, readyz probes).
+	// (deletes, label changes, readyz probes), and the members provisioned
+	// at once across all Fleets.
 	Parallelism int
 	// Workers is the number of Fleets reconciled at once.
 	Workers int
@@ -56,6 +57,9 @@ type Controller struct {
 
 	fleetInformer cache.SharedIndexInformer
 	queue         workqueue.TypedRateLimitingInterface[string]
+	// provisions holds the members to create, in the order asked; its
+	// workers create and bootstrap them while reconciles go on.
+	provisions workqueue.TypedInterface[member]
 
 	mu sync.Mutex
 	// state holds what the controller remembers of each Fleet between
@@ -69,15 +73,20 @@ type Controller struct {
 	readyz map[types.UID]struct{}
 }
 
+// member is one plane of one Fleet.
+type member struct{ fleet, plane string }
+
 // fleetState is the controller's memory of one Fleet.
 type fleetState struct {
 	lastStatusWrite time.Time
+	// provisioning holds the members queued or being created.
+	provisioning map[string]struct{}
 	// created holds the members created recently, until the informer
 	// shows them.
 	created map[string]time.Time
 	// contested is the members another Fleet owns.
 	contested map[string]struct{}
-	// createError is the last failed create, retried from retryAt.
+	// createError is the last failed create; creates wait until retryAt.
 	createError   string
 	createFailed  bool // the error is the caller's to fix (4xx), not transient
 	retryAt       time.Time
@@ -115,10 +124,11 @@ func New(config Config) (*Controller, error) {
 				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 100)},
 			),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_fleets"}),
+		provisions: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[member]{Name: "kplane_fleet_members"}),
 	}
 	if err := config.Planes.AddIndexers(cache.Indexers{byFleet: func(obj any) ([]string, error) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
-			if owner := u.GetLabels()[Label]; owner != "" {
+			if owner := ownerOf(u); owner != "" {
 				return []string{owner}, nil
 			}
 		}
@@ -160,12 +170,16 @@ func (c *Controller) HasSynced() bool {
 // owner.
 func (c *Controller) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
+	defer c.provisions.ShutDown()
 	go c.fleetInformer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
 		return
 	}
 	for i := 0; i < c.config.Workers; i++ {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	for i := 0; i < c.config.Parallelism; i++ {
+		go wait.UntilWithContext(ctx, c.provisioner, time.Second)
 	}
 	<-ctx.Done()
 }
@@ -193,12 +207,12 @@ func (c *Controller) planeChanged(old, obj any) {
 	if !ok {
 		return
 	}
-	owner := u.GetLabels()[Label]
+	owner := ownerOf(u)
 	if owner != "" {
 		c.queue.AddAfter(owner, eventDelay)
 	}
 	if prev, ok := old.(*unstructured.Unstructured); ok {
-		if before := prev.GetLabels()[Label]; before != "" && before != owner {
+		if before := ownerOf(prev); before != "" && before != owner {
 			c.queue.AddAfter(before, eventDelay)
 		}
 	}
@@ -213,7 +227,7 @@ func (c *Controller) planeDeleted(obj any) {
 	if !ok {
 		return
 	}
-	owner := u.GetLabels()[Label]
+	owner := ownerOf(u)
 	c.mu.Lock()
 	delete(c.readyz, u.GetUID())
 	if s := c.state[owner]; s != nil {
@@ -224,6 +238,13 @@ func (c *Controller) planeDeleted(obj any) {
 		c.queue.AddAfter(owner, eventDelay)
 	}
 	c.queueContenders(u.GetName())
+}
+
+// ownerOf is the Fleet a Plane belongs to, "" for none. It reads the label
+// in place: GetLabels copies every label of every Plane a reconcile looks at.
+func ownerOf(p *unstructured.Unstructured) string {
+	owner, _, _ := unstructured.NestedString(p.Object, "metadata", "labels", Label)
+	return owner
 }
 
 func (c *Controller) queueContenders(plane string) {
@@ -263,13 +284,14 @@ func (c *Controller) worker(ctx context.Context) {
 func (c *Controller) fleetState(name string) *fleetState {
 	s := c.state[name]
 	if s == nil {
-		s = &fleetState{created: map[string]time.Time{}, contested: map[string]struct{}{}}
+		s = &fleetState{provisioning: map[string]struct{}{}, created: map[string]time.Time{}, contested: map[string]struct{}{}}
 		c.state[name] = s
 	}
 	return s
 }
 
-// forget drops the memory of a Fleet that no longer exists.
+// forget drops the memory of a Fleet that no longer exists. Members
+// still queued for it are dropped by the provisioner.
 func (c *Controller) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,10 +23,6 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 )
-
-// createBatch bounds the Planes one reconcile creates, so that a large
-// Fleet reports progress while it grows.
-const createBatch = 256
 
 // probeRetry is when members whose readyz did not answer ok are probed
 // again.
@@ -77,14 +74,15 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 		obj, ok, _ := c.config.Planes.GetIndexer().GetByKey(n)
 		if !ok {
 			members[i].message = "creating the plane"
-			if at, recent := s.created[n]; !recent || now.Sub(at) > createdMemory {
+			_, queued := s.provisioning[n]
+			if at, recent := s.created[n]; !queued && (!recent || now.Sub(at) > createdMemory) {
 				toCreate = append(toCreate, i)
 			}
 			continue
 		}
 		delete(s.created, n)
 		p := obj.(*unstructured.Unstructured)
-		owner := p.GetLabels()[Label]
+		owner := ownerOf(p)
 		switch {
 		case owner != f.Name && owner != "" && c.fleetExists(owner):
 			members[i].phase = MemberFailed
@@ -119,7 +117,7 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 		}
 	}
 	if len(toCreate) > 0 {
-		if d := c.create(ctx, f, s, names, toCreate, members, now); d > 0 {
+		if d := c.create(f, s, names, toCreate, members, now); d > 0 {
 			requeue(d)
 		}
 	}
@@ -163,59 +161,77 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 	return after, nil
 }
 
-// create creates missing members, lowest index first, at most createBatch
-// at a time. After a failed create it waits (1s, doubling to 30s) before
-// creating again, so that a Fleet over the plane limit does not hammer
+// create queues missing members for the provisioners, lowest index
+// first. After a failed create no member is queued until retryAt (1s,
+// doubling to 30s), so that a Fleet over the plane limit does not hammer
 // the server; until then the missing members report the error.
-func (c *Controller) create(ctx context.Context, f *Fleet, s *fleetState, names []string, toCreate []int, members []observed, now time.Time) time.Duration {
+func (c *Controller) create(f *Fleet, s *fleetState, names []string, toCreate []int, members []observed, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if now.Before(s.retryAt) {
 		c.reportCreateError(s, toCreate, members)
 		return s.retryAt.Sub(now)
 	}
-	batch := toCreate[:min(len(toCreate), createBatch)]
-	var mu sync.Mutex
-	var failed error
-	_ = c.forEach(ctx, batch, func(ctx context.Context, i int) error {
-		mu.Lock()
-		stop := failed != nil
-		mu.Unlock()
-		if stop {
-			return nil
-		}
-		err := c.createPlane(ctx, f.Name, names[i])
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && failed == nil {
-			failed = err
-		}
-		if err == nil {
-			c.mu.Lock()
-			s.created[names[i]] = time.Now()
-			c.mu.Unlock()
-		}
-		return nil
-	})
-	if failed != nil {
-		s.createError = failed.Error()
-		s.createFailed = isCallerError(failed)
-		s.createBackoff = min(max(2*s.createBackoff, time.Second), 30*time.Second)
-		s.retryAt = now.Add(s.createBackoff)
-		c.mu.Lock()
-		var missing []int
-		for _, i := range toCreate {
-			if _, ok := s.created[names[i]]; !ok {
-				missing = append(missing, i)
-			}
-		}
-		c.mu.Unlock()
-		c.reportCreateError(s, missing, members)
-		return s.createBackoff
-	}
-	s.createError, s.createFailed, s.createBackoff = "", false, 0
-	if len(toCreate) > len(batch) {
-		return time.Millisecond
+	for _, i := range toCreate {
+		s.provisioning[names[i]] = struct{}{}
+		c.provisions.Add(member{fleet: f.Name, plane: names[i]})
 	}
 	return 0
+}
+
+// provisioner creates the queued members one at a time.
+func (c *Controller) provisioner(ctx context.Context) {
+	for {
+		m, shutdown := c.provisions.Get()
+		if shutdown {
+			return
+		}
+		c.provision(ctx, m)
+		c.provisions.Done(m)
+	}
+}
+
+// provision creates and bootstraps one member, unless its Fleet is gone,
+// being deleted or waiting out a failed create, then has the Fleet
+// reconciled. While a member is provisioned it counts as provisioning, so
+// a deleted Fleet is not released before the Plane it creates.
+func (c *Controller) provision(ctx context.Context, m member) {
+	c.mu.Lock()
+	s := c.state[m.fleet]
+	skip := s == nil || time.Now().Before(s.retryAt) || !c.fleetLive(m.fleet)
+	c.mu.Unlock()
+	if !skip {
+		err := c.createPlane(ctx, m.fleet, m.plane)
+		if err == nil {
+			c.bootstrap(ctx, m.plane)
+		}
+		now := time.Now()
+		c.mu.Lock()
+		if err == nil {
+			s.created[m.plane] = now
+			s.createError, s.createFailed, s.createBackoff = "", false, 0
+		} else if !now.Before(s.retryAt) {
+			// The first failure since the last wait: wait longer.
+			s.createError = err.Error()
+			s.createFailed = isCallerError(err)
+			s.createBackoff = min(max(2*s.createBackoff, time.Second), 30*time.Second)
+			s.retryAt = now.Add(s.createBackoff)
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	if s != nil {
+		delete(s.provisioning, m.plane)
+	}
+	c.mu.Unlock()
+	c.queue.AddAfter(m.fleet, eventDelay)
+}
+
+// fleetLive reports whether a Fleet exists and is not being deleted;
+// callers hold c.mu.
+func (c *Controller) fleetLive(name string) bool {
+	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(name)
+	return ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() == nil
 }
 
 func (c *Controller) reportCreateError(s *fleetState, missing []int, members []observed) {
@@ -393,6 +409,13 @@ func (c *Controller) finalize(ctx context.Context, f *Fleet) (time.Duration, err
 		}
 	}
 	if len(members) == 0 {
+		c.mu.Lock()
+		busy := c.state[f.Name] != nil && len(c.state[f.Name].provisioning) > 0
+		c.mu.Unlock()
+		if busy {
+			// A member being created would outlive the Fleet.
+			return 100 * time.Millisecond, nil
+		}
 		var kept []string
 		for _, fin := range f.Finalizers {
 			if fin != Finalizer {
@@ -463,6 +486,29 @@ func (c *Controller) forEach(ctx context.Context, idx []int, fn func(context.Con
 		g.Go(func() error { return fn(gctx, i) })
 	}
 	return g.Wait()
+}
+
+// bootstrap sends the new member its first request, as its first user
+// would: the plane lifecycle admits it like any request and bootstraps the
+// plane within it. Creates thus bootstrap with the controller's
+// parallelism instead of waiting for the lifecycle's few workers, and a
+// plane deleted meanwhile is never written to after its wipe (the request
+// is tracked like any other). A failure only leaves the bootstrap to the
+// lifecycle.
+func (c *Controller) bootstrap(ctx context.Context, plane string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.probeTo+planes.Path(plane)+"/api/v1/namespaces/default", nil)
+	if err != nil {
+		return
+	}
+	resp, err := c.probe.Do(req)
+	if err != nil {
+		logrus.WithError(err).WithField("plane", plane).Debug("first request to a new Fleet member")
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
 }
 
 // probeReadyz asks the plane's own /readyz.
