@@ -19,9 +19,17 @@
 //     the label, Delete deletes the plane with everything in it. Deleting
 //     the Fleet does the same to every member, held by a finalizer.
 //
+// Missing members go to one provisioning queue shared by every Fleet,
+// worked by Config.Parallelism provisioners: each creates the member's
+// Plane and sends the new plane its first request, within which the plane
+// lifecycle bootstraps it exactly as for a first user. Provisioning is thus
+// bounded server-wide and runs beside the reconciles, which keep probing
+// and reporting while a large Fleet grows.
+//
 // A member is Ready when its Plane's status.phase is Ready and the plane's
 // own /readyz answers ok. The controller works from one workqueue keyed by
-// Fleet name, fed by Fleet and Plane informer events, and writes a Fleet's
-// status at most once per reconcile; large Fleets write progress less often
-// and compact their status to stay within the datastore's object size.
+// Fleet name, fed by Fleet and Plane informer events (gathered for 50ms),
+// and writes a Fleet's status at most once per reconcile; large Fleets
+// write progress less often and compact their status to stay within the
+// datastore's object size.
 package fleet
