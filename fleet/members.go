@@ -39,6 +39,20 @@ func MemberNames(f *Fleet) []string {
 	return names
 }
 
+// IsMember reports whether f asks for plane.
+func IsMember(f *Fleet, plane string) bool {
+	if f.Spec.Replicas == nil {
+		for _, n := range f.Spec.Names {
+			if n == plane {
+				return true
+			}
+		}
+		return false
+	}
+	i := memberIndex(NamePrefix(f), plane)
+	return i >= 0 && i < int(*f.Spec.Replicas) && plane == MemberName(NamePrefix(f), i)
+}
+
 // memberIndex is the index in a member's name after prefix, or -1.
 func memberIndex(prefix, name string) int {
 	rest, ok := strings.CutPrefix(name, prefix)

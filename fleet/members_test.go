@@ -38,3 +38,17 @@ func TestLeavingHighestIndexFirst(t *testing.T) {
 		t.Errorf("nothing leaves a Fleet that keeps its members: %v", got)
 	}
 }
+
+func TestIsMember(t *testing.T) {
+	f := replicasFleet("rl", "", 20)
+	for plane, want := range map[string]bool{"rl-0000": true, "rl-0019": true, "rl-0020": false, "rl-19": false,
+		"rl-00019": false, "rl-abcd": false, "other-0001": false} {
+		if got := IsMember(f, plane); got != want {
+			t.Errorf("IsMember(%s) = %v, want %v", plane, got, want)
+		}
+	}
+	names := &Fleet{Spec: Spec{Names: []string{"a", "b"}}}
+	if !IsMember(names, "b") || IsMember(names, "c") {
+		t.Error("IsMember of spec.names")
+	}
+}

@@ -198,7 +198,7 @@ func (c *Controller) provisioner(ctx context.Context) {
 func (c *Controller) provision(ctx context.Context, m member) {
 	c.mu.Lock()
 	s := c.state[m.fleet]
-	skip := s == nil || time.Now().Before(s.retryAt) || !c.fleetLive(m.fleet)
+	skip := s == nil || time.Now().Before(s.retryAt) || !c.wants(m.fleet, m.plane)
 	c.mu.Unlock()
 	if !skip {
 		err := c.createPlane(ctx, m.fleet, m.plane)
@@ -227,11 +227,23 @@ func (c *Controller) provision(ctx context.Context, m member) {
 	c.queue.AddAfter(m.fleet, eventDelay)
 }
 
-// fleetLive reports whether a Fleet exists and is not being deleted;
+// wants reports whether a Fleet exists, is not being deleted and still
+// asks for plane (it may have been scaled down since plane was queued);
 // callers hold c.mu.
-func (c *Controller) fleetLive(name string) bool {
-	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(name)
-	return ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() == nil
+func (c *Controller) wants(fleet, plane string) bool {
+	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(fleet)
+	if !ok {
+		return false
+	}
+	u := obj.(*unstructured.Unstructured)
+	if u.GetDeletionTimestamp() != nil {
+		return false
+	}
+	f := &Fleet{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, f); err != nil {
+		return false
+	}
+	return IsMember(f, plane)
 }
 
 func (c *Controller) reportCreateError(s *fleetState, missing []int, members []observed) {

@@ -145,8 +145,9 @@ spec:
   replicas: 50
   deletionPolicy: Delete
 `, name), "apply", "-f", "-")
-	st := waitFleet(t, fleets, name, 60*time.Second, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
+	s.MustKubectl(t, "root", "", "wait", "fleet/"+name, "--for=condition=Ready", "--timeout=60s")
 	t.Logf("Fleet of 50 ready in %s", time.Since(began).Round(time.Millisecond))
+	st := waitFleet(t, fleets, name, 10*time.Second, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
 	if st.replicas != 50 || len(st.members) != 50 || st.condition != "True/AllMembersReady" {
 		t.Fatalf("status: replicas %d, %d members, condition %s", st.replicas, len(st.members), st.condition)
 	}
