@@ -239,8 +239,11 @@ func (c *Controller) wants(fleet, plane string) bool {
 	if u.GetDeletionTimestamp() != nil {
 		return false
 	}
+	// The spec only: the status of a large Fleet is most of the object.
 	f := &Fleet{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, f); err != nil {
+	f.Name = fleet
+	spec, _ := u.Object["spec"].(map[string]any)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &f.Spec); err != nil {
 		return false
 	}
 	return IsMember(f, plane)
