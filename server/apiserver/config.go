@@ -367,7 +367,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.lifecycle.m.Store(manager)
 	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
 
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
