@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -436,12 +437,21 @@ func (m *Manager) removeFinalizer(ctx context.Context, plane *unstructured.Unstr
 			kept = append(kept, f)
 		}
 	}
-	patch := map[string]any{"metadata": map[string]any{"finalizers": kept, "resourceVersion": plane.GetResourceVersion()}}
-	data, err := (&unstructured.Unstructured{Object: patch}).MarshalJSON()
+	if kept == nil {
+		kept = []string{}
+	}
+	// Guarded by the uid and the finalizers rather than the resourceVersion:
+	// the status just written (Terminating) has moved the resourceVersion
+	// on, and only a change of finalizers makes this patch wrong.
+	data, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": plane.GetUID()},
+		{"op": "test", "path": "/metadata/finalizers", "value": plane.GetFinalizers()},
+		{"op": "replace", "path": "/metadata/finalizers", "value": kept},
+	})
 	if err != nil {
 		return err
 	}
-	_, err = m.planes.Patch(ctx, plane.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
+	_, err = m.planes.Patch(ctx, plane.GetName(), types.JSONPatchType, data, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
