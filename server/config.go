@@ -16,6 +16,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/metrics"
 )
 
 // Config is Options resolved into concrete values.
@@ -28,6 +29,7 @@ type Config struct {
 	TLSDir         string
 	TokenFile      string
 	KubeconfigPath string
+	ManifestsDir   string
 	// ServerURL is how local clients reach the root plane.
 	ServerURL string
 }
@@ -48,6 +50,12 @@ func (o *Options) Config() (*Config, error) {
 	if tokenFile == "" {
 		tokenFile = filepath.Join(dataDir, "tokens.csv")
 	}
+	manifestsDir := filepath.Join(dataDir, "manifests")
+	if o.ManifestsDir != "" {
+		if manifestsDir, err = filepath.Abs(o.ManifestsDir); err != nil {
+			return nil, err
+		}
+	}
 	return &Config{
 		Options:        *o,
 		DataDir:        dataDir,
@@ -57,6 +65,7 @@ func (o *Options) Config() (*Config, error) {
 		TLSDir:         filepath.Join(dataDir, "tls"),
 		TokenFile:      tokenFile,
 		KubeconfigPath: filepath.Join(dataDir, "admin.kubeconfig"),
+		ManifestsDir:   manifestsDir,
 		ServerURL:      "https://" + net.JoinHostPort(clientHost(bind), strconv.Itoa(o.HTTPSPort)),
 	}, nil
 }
@@ -164,6 +173,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		CertFile:    c.Options.DatastoreCertFile,
 		KeyFile:     c.Options.DatastoreKeyFile,
 		EmbeddedTLS: c.EtcdTLS,
+		// kine's SQL latencies next to the apiserver's own on /metrics.
+		MetricsRegisterer: metrics.Registerer(),
 	})
 	if err != nil {
 		return nil, err
@@ -191,6 +202,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		PlaneBootstrap:              policy,
+		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
+		MetricsWindow:               c.Options.MetricsWindow,
+		ManifestsDir:                c.ManifestsDir,
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/server/logging"
 )
 
 // Options are the user-facing settings of `kplane server`; every one is a
@@ -43,6 +45,17 @@ type Options struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
+
+	// ManifestsDir holds manifests kept applied; default <data-dir>/manifests.
+	ManifestsDir string
+
+	// MetricsTopPlanes planes get a request series of their own on
+	// /metrics, ranked over MetricsWindow.
+	MetricsTopPlanes int
+	MetricsWindow    time.Duration
+
+	// LogFormat is text or json; the start banner follows it.
+	LogFormat string
 }
 
 // NewOptions returns the defaults.
@@ -56,6 +69,9 @@ func NewOptions() *Options {
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
 		PlaneBootstrap:              "minimal",
+		MetricsTopPlanes:            20,
+		MetricsWindow:               time.Minute,
+		LogFormat:                   "text",
 	}
 }
 
@@ -93,6 +109,15 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
 	}
 	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if o.MetricsTopPlanes < 1 {
+		errs = append(errs, fmt.Sprintf("--metrics-top-planes %d: want at least 1", o.MetricsTopPlanes))
+	}
+	if o.MetricsWindow < time.Second {
+		errs = append(errs, fmt.Sprintf("--metrics-window %s: want at least 1s", o.MetricsWindow))
+	}
+	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
