@@ -26,6 +26,7 @@ func main() {
 			serverCommand(),
 			kplanecli.KubeconfigCommand(),
 			kplanecli.PlanesCommand(),
+			kplanecli.HealthcheckCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }
