@@ -124,7 +124,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("service-account key: %w", err)
 	}
-	token, err := credentials.EnsureTokenFile(c.TokenFile)
+	token, err := credentials.EnsureTokenFile(c.TokenFile, c.Options.AdminToken)
 	if err != nil {
 		return CompletedConfig{}, err
 	}
@@ -199,6 +199,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
 		CACert:                      c.CA.PEM,
+		CACertSignature:             caSignature(c.AdminToken, c.CA.PEM),
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		PlaneBootstrap:              policy,
@@ -217,4 +218,14 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	return &Server{config: c, datastore: store, api: api}, nil
+}
+
+// caSignature signs the CA for /cacerts with the admin token; a token too
+// short to withstand an offline guess (an operator's own token file) signs
+// nothing, and clients that need the signature refuse to proceed.
+func caSignature(adminToken string, caPEM []byte) string {
+	if len(adminToken) < credentials.MinAdminTokenLength {
+		return ""
+	}
+	return credentials.SignCA(adminToken, caPEM)
 }

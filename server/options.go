@@ -12,6 +12,7 @@ import (
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/logging"
 )
 
@@ -46,6 +47,10 @@ type Options struct {
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
 
+	// AdminToken, when set, is the admin token of a new token file instead
+	// of a generated one: a client that cannot read the data dir (a CI job
+	// next to a kplane service container) knows it up front.
+	AdminToken string
 	// ManifestsDir holds manifests kept applied; default <data-dir>/manifests.
 	ManifestsDir string
 
@@ -110,6 +115,11 @@ func (o *Options) Validate() error {
 	}
 	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if o.AdminToken != "" {
+		if err := credentials.ValidateAdminToken(o.AdminToken); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if o.MetricsTopPlanes < 1 {
 		errs = append(errs, fmt.Sprintf("--metrics-top-planes %d: want at least 1", o.MetricsTopPlanes))

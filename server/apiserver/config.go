@@ -84,6 +84,8 @@ type Config struct {
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
 	CACert []byte
+	// CACertSignature signs CACert on /cacerts (empty: served unsigned).
+	CACertSignature string
 	// AdminUser is the name of the admin identity; nobody but
 	// system:masters may impersonate it.
 	AdminUser string
@@ -392,6 +394,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
 
+	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
 	if err := c.metrics.Register(); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ func TestServerOperations(t *testing.T) {
 	writeManifest(t, manifests, "20-broken.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [not, a, map\n")
 	writeManifest(t, manifests, ".hidden.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hidden}\n")
 	s := framework.StartServer(t, framework.Options{Args: []string{
+		"--admin-token", ciAdminToken,
 		"--log-format", "json",
 		"--manifests-dir", manifests,
 		"--metrics-top-planes", "2",
@@ -47,8 +48,12 @@ func TestServerOperations(t *testing.T) {
 	t.Run("manifests", func(t *testing.T) { testManifests(t, s, manifests) })
 	t.Run("metrics", func(t *testing.T) { testMetrics(t, s) })
 	t.Run("healthcheck", func(t *testing.T) { testHealthcheck(t, s, bin) })
+	t.Run("admin-token", func(t *testing.T) { testAdminToken(t, s, bin) })
 	t.Run("json-logs", func(t *testing.T) { testJSONLogs(t, s, manifests) })
 }
+
+// ciAdminToken is what a CI pipeline would keep as a secret variable.
+const ciAdminToken = "ci-0123456789abcdef0123456789abcdef"
 
 func writeManifest(t *testing.T, dir, name, content string) {
 	t.Helper()
@@ -350,5 +355,66 @@ func testJSONLogs(t *testing.T, s *framework.Server, manifests string) {
 	}
 	if !sawBrokenManifest {
 		t.Error("the broken manifest was not reported with its file name")
+	}
+}
+
+// A client that has the server's URL and admin token but not its data dir
+// (a CI job next to a kplane service container) gets a plane kubeconfig.
+func testAdminToken(t *testing.T, s *framework.Server, bin string) {
+	ctx := t.Context()
+	elsewhere := t.TempDir()
+	kubeconfig := func(token, plane string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, "kubeconfig", "--server", s.URL, plane)
+		cmd.Env = append(os.Environ(), "KPLANE_DATA_DIR="+elsewhere, "HOME="+elsewhere, "KPLANE_TOKEN="+token)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return stderr.String(), err
+		}
+		return string(out), nil
+	}
+	plane := uniquePlane(t, "ci-job")
+	out, err := kubeconfig(ciAdminToken, plane)
+	if err != nil {
+		t.Fatalf("kplane kubeconfig --server --token: %v\n%s", err, out)
+	}
+	path := filepath.Join(t.TempDir(), "plane.kubeconfig")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", path, "create", "configmap", "from-ci", "--from-literal=k=v").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl with the plane kubeconfig: %v\n%s", err, out)
+	}
+	if _, err := s.Client(t, plane).CoreV1().ConfigMaps("default").Get(ctx, "from-ci", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the configmap is not in plane %s: %v", plane, err)
+	}
+	if strings.Contains(out, ciAdminToken) {
+		t.Fatal("the plane kubeconfig carries the admin token")
+	}
+
+	// Another token, as long as the right one, cannot vouch for the CA.
+	out, err = kubeconfig("ci-ffffffffffffffffffffffffffffffff", plane)
+	if err == nil || !strings.Contains(out, "not signed with this token") {
+		t.Fatalf("a wrong token must be refused before it is sent: %v\n%s", err, out)
+	}
+
+	// The token file already holds another admin token: a server started
+	// with a different --admin-token refuses to start instead of ignoring it.
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, bin, "server", "--data-dir", s.DataDir, "--https-port", strconv.Itoa(port),
+		"--admin-token", "ci-ffffffffffffffffffffffffffffffff")
+	startOut, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(startOut), "--admin-token") {
+		t.Fatalf("a second admin token must stop start-up with a clear error: %v\n%s", err, startOut)
+	}
+	cmd = exec.CommandContext(runCtx, bin, "server", "--data-dir", t.TempDir(), "--https-port", strconv.Itoa(port), "--admin-token", "short")
+	if startOut, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(startOut), "at least 32") {
+		t.Fatalf("a short admin token must be refused: %v\n%s", err, startOut)
 	}
 }
