@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,6 +37,7 @@ func TestServerOperations(t *testing.T) {
 	writeManifest(t, manifests, "00-root.yaml", rootManifest("1"))
 	writeManifest(t, manifests, "10-widgets.yaml", widgetsManifest)
 	writeManifest(t, manifests, "20-broken.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: [not, a, map\n")
+	writeManifest(t, manifests, "40-metrics-reader.yaml", metricsReaderManifest)
 	writeManifest(t, manifests, ".hidden.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hidden}\n")
 	s := framework.StartServer(t, framework.Options{Args: []string{
 		"--admin-token", ciAdminToken,
@@ -112,6 +114,36 @@ metadata:
     kplane.dev/plane: mf-widgets
 spec:
   size: 3
+`
+
+// The README's least-privilege scraper: a service account of the root
+// plane allowed GET /metrics and nothing else.
+const metricsReaderManifest = `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: prometheus
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: metrics-reader
+rules:
+- nonResourceURLs: ["/metrics"]
+  verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: prometheus-metrics-reader
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: metrics-reader
+subjects:
+- kind: ServiceAccount
+  name: prometheus
+  namespace: kube-system
 `
 
 var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -282,6 +314,29 @@ func testMetrics(t *testing.T, s *framework.Server) {
 		f := last[name]
 		if f == nil || f.GetType() != dto.MetricType_HISTOGRAM || len(f.GetMetric()) == 0 {
 			t.Errorf("%s missing or not a histogram: %v", name, f)
+		}
+	}
+
+	// The scraper's service account reads /metrics and nothing else.
+	expiry := int64(3600)
+	tr, err := s.Client(t, "root").CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "prometheus",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token of the prometheus service account: %v", err)
+	}
+	for path, want := range map[string]int{"/metrics": http.StatusOK, "/api/v1/namespaces": http.StatusForbidden} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		resp, err := s.HTTPClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("metrics reader GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
 
