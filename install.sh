@@ -47,6 +47,13 @@ usage() {
 	sed -n '2,8p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'
 }
 
+# ensure_dir creates dir or explains why it cannot.
+ensure_dir() {
+	if ! mkdir -p "$1" 2>/dev/null || [ ! -w "$1" ]; then
+		fatal "cannot write $1: run as root (curl ... | sudo sh -) or choose another directory (see the variables at the top of this script)"
+	fi
+}
+
 systemd_running() {
 	[ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1
 }
@@ -138,8 +145,9 @@ unit_source() {
 install_systemd() {
 	[ "$OS" = linux ] || fatal "--systemd needs Linux"
 	unit_source
-	mkdir -p "$SYSTEMD_DIR" "$KPLANE_CONFIG_DIR"
-	mkdir -p "$KPLANE_DATA_DIR"
+	ensure_dir "$SYSTEMD_DIR"
+	ensure_dir "$KPLANE_CONFIG_DIR"
+	ensure_dir "$KPLANE_DATA_DIR"
 	chmod 0700 "$KPLANE_DATA_DIR"
 	# The unit names the default paths; point it at the ones used here.
 	sed -e "s#/usr/local/bin/kplane#$BIN#g" \
@@ -224,7 +232,7 @@ detect_platform
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fetch_binary
-mkdir -p "$INSTALL_DIR"
+ensure_dir "$INSTALL_DIR"
 # Write next to the target and rename: a running kplane keeps its old
 # binary, and an interrupted install never leaves half a file.
 cp "$TMP/kplane" "$BIN.new"

@@ -33,6 +33,7 @@ func remoteAdmin(ctx context.Context, serverURL, token string) (*admin, error) {
 		return nil, fmt.Errorf("--server %q: want https://host:port", serverURL)
 	}
 	server := "https://" + u.Host
+	token = strings.TrimSpace(token)
 	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
 	defer cancel()
 	var caPEM []byte
@@ -93,7 +94,7 @@ func fetchCA(ctx context.Context, server, token string) ([]byte, error) {
 	if signature == "" {
 		return nil, fmt.Errorf("%s serves its CA unsigned (its admin token is shorter than %d characters); use --kubeconfig instead", server, credentials.MinAdminTokenLength)
 	}
-	if !credentials.VerifyCA(strings.TrimSpace(token), caPEM, signature) {
+	if !credentials.VerifyCA(token, caPEM, signature) {
 		return nil, fmt.Errorf("the CA served by %s is not signed with this token: wrong --token, or not the server you think", server)
 	}
 	return caPEM, nil
