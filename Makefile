@@ -18,7 +18,7 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e vet clean
+.PHONY: all build run test test-unit test-e2e vet clean release
 
 all: build
 
@@ -41,6 +41,19 @@ test-unit:
 ## test-e2e: end-to-end tests only
 test-e2e: build
 	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m -v ./test/e2e/...
+
+## release: static binaries for every released platform, sha256 sums and the systemd unit in dist/
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf dist && mkdir -p dist
+	set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "building kplane-$$os-$$arch"; \
+		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/kplane-$$os-$$arch . ; \
+	done
+	cp install.sh scripts/kplane.service dist/
+	cd dist && sha256sum kplane-* install.sh kplane.service > sha256sums.txt
+	cat dist/sha256sums.txt
 
 vet:
 	$(GO) vet ./...

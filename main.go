@@ -4,20 +4,16 @@ package main
 
 import (
 	"context"
-	"flag"
-	"strconv"
-
 	"fmt"
-	"k8s.io/klog/v2"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 
 	"kplane.dev/kplane/server"
 	kplanecli "kplane.dev/kplane/server/cli"
+	"kplane.dev/kplane/server/logging"
 	"kplane.dev/kplane/server/version"
 )
 
@@ -30,6 +26,7 @@ func main() {
 			serverCommand(),
 			kplanecli.KubeconfigCommand(),
 			kplanecli.PlanesCommand(),
+			kplanecli.HealthcheckCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }
@@ -57,6 +54,8 @@ func serverCommand() *cli.Command {
 				Usage: "extra host name or IP for the serving certificate (repeatable)"},
 			&cli.StringFlag{Name: "token-file", Destination: &o.TokenFile, EnvVars: []string{"KPLANE_TOKEN_FILE"},
 				Usage: "static token file (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, generated with an admin token on first start"},
+			&cli.StringFlag{Name: "admin-token", Destination: &o.AdminToken, EnvVars: []string{"KPLANE_ADMIN_TOKEN"},
+				Usage: "admin token of a new token file instead of a generated one (at least 32 characters; e.g. a CI secret)"},
 			&cli.StringFlag{Name: "datastore-endpoint", Destination: &o.DatastoreEndpoint, EnvVars: []string{"KPLANE_DATASTORE_ENDPOINT"},
 				Usage: "\"\" (SQLite in the data dir), \"etcd\" (embedded), http(s)://host:2379[,…] (external etcd), postgres://…, mysql://…"},
 			&cli.StringFlag{Name: "datastore-cafile", Destination: &o.DatastoreCAFile, EnvVars: []string{"KPLANE_DATASTORE_CAFILE"},
@@ -81,10 +80,18 @@ func serverCommand() *cli.Command {
 				Usage: "run no generic controllers (namespace deletion, garbage collection, default service accounts): planes are API and storage only"},
 			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
 				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
+			&cli.StringFlag{Name: "log-format", Value: o.LogFormat, Destination: &o.LogFormat, EnvVars: []string{"KPLANE_LOG_FORMAT"},
+				Usage: "text or json (every line, the Kubernetes components' included)"},
+			&cli.StringFlag{Name: "manifests-dir", Destination: &o.ManifestsDir, EnvVars: []string{"KPLANE_MANIFESTS_DIR"},
+				Usage: "directory of manifests applied at start and on change; default <data-dir>/manifests"},
+			&cli.IntFlag{Name: "metrics-top-planes", Value: o.MetricsTopPlanes, Destination: &o.MetricsTopPlanes, EnvVars: []string{"KPLANE_METRICS_TOP_PLANES"},
+				Usage: "how many of the busiest planes get a request series of their own on /metrics"},
+			&cli.DurationFlag{Name: "metrics-window", Value: o.MetricsWindow, Destination: &o.MetricsWindow, EnvVars: []string{"KPLANE_METRICS_WINDOW"},
+				Usage: "period over which planes are ranked for /metrics"},
 		},
 		Action: func(c *cli.Context) error {
 			o.TLSSANs = c.StringSlice("tls-san")
-			if err := setupLogging(logLevel, klogVerbosity); err != nil {
+			if err := logging.Setup(logging.Options{Level: logLevel, Format: o.LogFormat, Verbosity: klogVerbosity}); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
@@ -108,15 +115,4 @@ func runServer(ctx context.Context, o *server.Options) error {
 		return err
 	}
 	return s.Run(ctx)
-}
-
-func setupLogging(level string, verbosity int) error {
-	lvl, err := logrus.ParseLevel(level)
-	if err != nil {
-		return fmt.Errorf("--log-level %q: %w", level, err)
-	}
-	logrus.SetLevel(lvl)
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	return fs.Set("v", strconv.Itoa(verbosity))
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -40,6 +41,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// EmbeddedTLS secures the embedded etcd (server and client certificates).
 	EmbeddedTLS etcd.TLS
+	// MetricsRegisterer, when set, receives kine's SQL metrics
+	// (kine_sql_time_seconds, ...).
+	MetricsRegisterer prometheus.Registerer
 }
 
 // Datastore is a running (or reachable) datastore.
@@ -167,6 +171,7 @@ func startKine(ctx context.Context, cfg Config, kind Kind, endpoint, description
 		CertFile:     cfg.CertFile,
 		KeyFile:      cfg.KeyFile,
 		StartTimeout: cfg.StartTimeout,
+		Metrics:      cfg.MetricsRegisterer,
 	})
 	if err != nil {
 		cancel()

@@ -16,6 +16,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/metrics"
 )
 
 // Config is Options resolved into concrete values.
@@ -28,6 +29,7 @@ type Config struct {
 	TLSDir         string
 	TokenFile      string
 	KubeconfigPath string
+	ManifestsDir   string
 	// ServerURL is how local clients reach the root plane.
 	ServerURL string
 }
@@ -48,6 +50,12 @@ func (o *Options) Config() (*Config, error) {
 	if tokenFile == "" {
 		tokenFile = filepath.Join(dataDir, "tokens.csv")
 	}
+	manifestsDir := filepath.Join(dataDir, "manifests")
+	if o.ManifestsDir != "" {
+		if manifestsDir, err = filepath.Abs(o.ManifestsDir); err != nil {
+			return nil, err
+		}
+	}
 	return &Config{
 		Options:        *o,
 		DataDir:        dataDir,
@@ -57,6 +65,7 @@ func (o *Options) Config() (*Config, error) {
 		TLSDir:         filepath.Join(dataDir, "tls"),
 		TokenFile:      tokenFile,
 		KubeconfigPath: filepath.Join(dataDir, "admin.kubeconfig"),
+		ManifestsDir:   manifestsDir,
 		ServerURL:      "https://" + net.JoinHostPort(clientHost(bind), strconv.Itoa(o.HTTPSPort)),
 	}, nil
 }
@@ -115,7 +124,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("service-account key: %w", err)
 	}
-	token, err := credentials.EnsureTokenFile(c.TokenFile)
+	token, err := credentials.EnsureTokenFile(c.TokenFile, c.Options.AdminToken)
 	if err != nil {
 		return CompletedConfig{}, err
 	}
@@ -164,6 +173,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		CertFile:    c.Options.DatastoreCertFile,
 		KeyFile:     c.Options.DatastoreKeyFile,
 		EmbeddedTLS: c.EtcdTLS,
+		// kine's SQL latencies next to the apiserver's own on /metrics.
+		MetricsRegisterer: metrics.Registerer(),
 	})
 	if err != nil {
 		return nil, err
@@ -188,9 +199,13 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
 		CACert:                      c.CA.PEM,
+		CACertSignature:             caSignature(c.AdminToken, c.CA.PEM),
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		PlaneBootstrap:              policy,
+		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
+		MetricsWindow:               c.Options.MetricsWindow,
+		ManifestsDir:                c.ManifestsDir,
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {
@@ -203,4 +218,14 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	return &Server{config: c, datastore: store, api: api}, nil
+}
+
+// caSignature signs the CA for /cacerts with the admin token; a token too
+// short to withstand an offline guess (an operator's own token file) signs
+// nothing, and clients that need the signature refuse to proceed.
+func caSignature(adminToken string, caPEM []byte) string {
+	if len(adminToken) < credentials.MinAdminTokenLength {
+		return ""
+	}
+	return credentials.SignCA(adminToken, caPEM)
 }

@@ -6,11 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/logging"
 )
 
 // Options are the user-facing settings of `kplane server`; every one is a
@@ -43,6 +46,21 @@ type Options struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
+
+	// AdminToken, when set, is the admin token of a new token file instead
+	// of a generated one: a client that cannot read the data dir (a CI job
+	// next to a kplane service container) knows it up front.
+	AdminToken string
+	// ManifestsDir holds manifests kept applied; default <data-dir>/manifests.
+	ManifestsDir string
+
+	// MetricsTopPlanes planes get a request series of their own on
+	// /metrics, ranked over MetricsWindow.
+	MetricsTopPlanes int
+	MetricsWindow    time.Duration
+
+	// LogFormat is text or json; the start banner follows it.
+	LogFormat string
 }
 
 // NewOptions returns the defaults.
@@ -56,6 +74,9 @@ func NewOptions() *Options {
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
 		PlaneBootstrap:              "minimal",
+		MetricsTopPlanes:            20,
+		MetricsWindow:               time.Minute,
+		LogFormat:                   "text",
 	}
 }
 
@@ -93,6 +114,20 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
 	}
 	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if o.AdminToken != "" {
+		if err := credentials.ValidateAdminToken(o.AdminToken); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if o.MetricsTopPlanes < 1 {
+		errs = append(errs, fmt.Sprintf("--metrics-top-planes %d: want at least 1", o.MetricsTopPlanes))
+	}
+	if o.MetricsWindow < time.Second {
+		errs = append(errs, fmt.Sprintf("--metrics-window %s: want at least 1s", o.MetricsWindow))
+	}
+	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"os"
 
 	"github.com/sirupsen/logrus"
 
@@ -23,11 +24,7 @@ func (s *Server) Datastore() *datastore.Datastore { return s.datastore }
 // accepting requests and finishes in-flight ones, then the datastore is
 // closed.
 func (s *Server) Run(ctx context.Context) error {
-	logrus.WithFields(logrus.Fields{
-		"url":        s.config.ServerURL,
-		"datastore":  s.datastore.Description,
-		"kubeconfig": s.config.KubeconfigPath,
-	}).Info("kplane is starting")
+	s.banner(os.Stderr)
 	err := s.api.Run(ctx)
 	s.datastore.Close()
 	if err != nil {

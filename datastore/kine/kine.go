@@ -15,6 +15,7 @@ import (
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
 	"github.com/k3s-io/kine/pkg/endpoint"
 	"github.com/k3s-io/kine/pkg/tls"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures one kine instance.
@@ -26,6 +27,8 @@ type Config struct {
 	// Client TLS towards the SQL backend.
 	CAFile, CertFile, KeyFile string
 	StartTimeout              time.Duration
+	// Metrics, when set, receives kine's SQL metrics.
+	Metrics prometheus.Registerer
 }
 
 // Kine is a running kine.
@@ -83,6 +86,7 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		CompactBatchSize:     1000,
 		PollBatchSize:        500,
 		PollInterval:         time.Second,
+		MetricsRegisterer:    cfg.Metrics,
 	}
 
 	type result struct {

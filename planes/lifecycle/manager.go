@@ -183,6 +183,20 @@ func (m *Manager) Count() int {
 	return len(m.state) - 1
 }
 
+// Phases counts the planes (root excluded) by phase; every phase is
+// present, zero or not.
+func (m *Manager) Phases() map[Phase]int {
+	out := map[Phase]int{Pending: 0, Ready: 0, Terminating: 0}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for name, s := range m.state {
+		if name != planes.Root {
+			out[s.phase]++
+		}
+	}
+	return out
+}
+
 // HasSynced reports whether every stored Plane is known.
 func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
 

@@ -17,11 +17,12 @@ import (
 
 // publicPaths answer without credentials, on the root plane only: health
 // and version for probes and load balancers, kplane's own API contract for
-// SDK generators. Nothing that reads or writes plane state is public, and a
+// SDK generators, the CA for clients bootstrapping trust. Nothing that reads or writes plane state is public, and a
 // probe of another plane's path never tells whether that plane exists.
 var publicPaths = []string{
 	"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/version",
 	"/openapi/kplane.yaml", "/openapi/kplane.json",
+	caCertsPath,
 }
 
 func isPublicPath(path string) bool {

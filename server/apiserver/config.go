@@ -45,6 +45,8 @@ import (
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/server/autoapply"
+	kplanemetrics "kplane.dev/kplane/server/metrics"
 )
 
 // Config is everything the multi-plane apiserver needs from the process
@@ -82,6 +84,8 @@ type Config struct {
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
 	CACert []byte
+	// CACertSignature signs CACert on /cacerts (empty: served unsigned).
+	CACertSignature string
 	// AdminUser is the name of the admin identity; nobody but
 	// system:masters may impersonate it.
 	AdminUser string
@@ -89,6 +93,12 @@ type Config struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
+	// MetricsTopPlanes is how many planes get a request series of their
+	// own on /metrics; MetricsWindow is the period they are ranked over.
+	MetricsTopPlanes int
+	MetricsWindow    time.Duration
+	// ManifestsDir holds manifests kept applied (empty: none).
+	ManifestsDir string
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -116,6 +126,7 @@ type completedConfig struct {
 	lifecycle    *lateLifecycle
 	crds         *lateCRDs
 	crdGetters   crdGetters
+	metrics      *kplanemetrics.Metrics
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -173,8 +184,20 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 	planeLifecycle := &lateLifecycle{}
 	customResources := &lateCRDs{}
+	planeMetrics, err := kplanemetrics.New(kplanemetrics.Config{
+		TopPlanes: c.MetricsTopPlanes,
+		Window:    c.MetricsWindow,
+		Phases:    planeLifecycle.phases,
+		Exists:    planeLifecycle.exists,
+	})
+	if err != nil {
+		return CompletedConfig{}, err
+	}
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		handler := customResources.filter(apiHandler)
+		// Counted after the lifecycle filter: only planes that exist get a
+		// counter.
+		handler = planeMetrics.Filter(handler)
 		handler = planeLifecycle.filter(handler, gc.Serializer)
 		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
 		return routing.WithRouting(handler, gc.Serializer)
@@ -208,6 +231,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		saRegistries: saRegistries,
 		lifecycle:    planeLifecycle,
 		crds:         customResources,
+		metrics:      planeMetrics,
 		crdGetters: crdGetters{
 			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
 			customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
@@ -358,7 +382,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Storage:         c.storage,
 		Counts:          planestorage.NewCounts(),
 		CustomResources: customResources,
-		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources, generic},
+		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources, generic, c.metrics},
 	})
 	if err != nil {
 		return nil, err
@@ -368,6 +392,39 @@ func (c CompletedConfig) New() (*Server, error) {
 	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
 	if err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)
+	}
+
+	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
+	if err := c.metrics.Register(); err != nil {
+		return nil, err
+	}
+	server.GenericAPIServer.AddPostStartHookOrDie("kplane-metrics", func(ctx genericapiserver.PostStartHookContext) error {
+		go c.metrics.Run(ctx)
+		return nil
+	})
+
+	if c.config.ManifestsDir != "" {
+		applier, err := autoapply.New(autoapply.Config{Dir: c.config.ManifestsDir, Loopback: loopbackConfig})
+		if err != nil {
+			return nil, err
+		}
+		// Readiness waits for the first pass over the manifests, so that
+		// a client that sees /readyz ok also sees what they define.
+		server.GenericAPIServer.AddPostStartHookOrDie("kplane-manifests", func(ctx genericapiserver.PostStartHookContext) error {
+			// Manifests may create planes: the plane manager must be running.
+			if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+				return manager.HasSynced(), nil
+			}); err != nil {
+				return nil
+			}
+			firstPass := make(chan struct{})
+			go applier.Run(ctx, firstPass)
+			select {
+			case <-firstPass:
+			case <-ctx.Done():
+			}
+			return nil
+		})
 	}
 
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {

@@ -61,6 +61,27 @@ func (l *lateLifecycle) filter(next http.Handler, serializer runtime.NegotiatedS
 	})
 }
 
+// phases counts the planes by phase (none until the manager exists).
+func (l *lateLifecycle) phases() map[string]int {
+	out := map[string]int{}
+	if m := l.m.Load(); m != nil {
+		for phase, n := range m.Phases() {
+			out[string(phase)] = n
+		}
+	}
+	return out
+}
+
+// exists reports whether plane exists (true until the manager exists: a
+// counter is dropped only on the manager's word).
+func (l *lateLifecycle) exists(plane string) bool {
+	if m := l.m.Load(); m != nil {
+		_, ok := m.Phase(plane)
+		return ok
+	}
+	return true
+}
+
 // namespaceGetter reads namespaces through the namespace registry.
 type namespaceGetter struct{ registry rest.Getter }
 

@@ -13,13 +13,18 @@ import (
 	"kplane.dev/kplane/server"
 )
 
-// adminFlags locate the admin kubeconfig of a server.
+// adminFlags locate the admin credential of a server: its admin
+// kubeconfig, or its URL and admin token.
 func adminFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "data-dir", Value: server.DefaultDataDir(), EnvVars: []string{"KPLANE_DATA_DIR"},
 			Usage: "data directory of the server (its admin.kubeconfig is used)"},
 		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KPLANE_KUBECONFIG"},
 			Usage: "admin kubeconfig (default <data-dir>/admin.kubeconfig)"},
+		&cli.StringFlag{Name: "server", EnvVars: []string{"KPLANE_SERVER"},
+			Usage: "URL of a server whose data dir is elsewhere (https://host:6443); with --token, instead of a kubeconfig"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"KPLANE_TOKEN"},
+			Usage: "the server's admin token (its --admin-token); the CA is fetched from --server and checked against it"},
 	}
 }
 
@@ -30,6 +35,13 @@ type admin struct {
 }
 
 func loadAdmin(c *cli.Context) (*admin, error) {
+	if url := c.String("server"); url != "" {
+		token := c.String("token")
+		if token == "" {
+			return nil, fmt.Errorf("--server needs --token (KPLANE_TOKEN), the server's admin token")
+		}
+		return remoteAdmin(c.Context, url, token)
+	}
 	path := c.String("kubeconfig")
 	if path == "" {
 		path = filepath.Join(c.String("data-dir"), "admin.kubeconfig")

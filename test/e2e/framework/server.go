@@ -39,6 +39,7 @@ type Server struct {
 	Port    int
 	Args    []string
 	URL     string
+	binary  string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -57,6 +58,9 @@ type Options struct {
 	Port int
 	// Args are extra `kplane server` flags.
 	Args []string
+	// Binary runs this kplane binary instead of $KPLANE_BINARY (an
+	// installed copy).
+	Binary string
 }
 
 // StartServer starts kplane and waits until /readyz answers ok. The server
@@ -92,7 +96,7 @@ func Start(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port)}
+	s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port), binary: opts.Binary}
 	if err := s.start(); err != nil {
 		return s, err
 	}
@@ -100,9 +104,12 @@ func Start(opts Options) (*Server, error) {
 }
 
 func (s *Server) start() error {
-	bin, err := Binary()
-	if err != nil {
-		return err
+	bin := s.binary
+	if bin == "" {
+		var err error
+		if bin, err = Binary(); err != nil {
+			return err
+		}
 	}
 	s.logPath = filepath.Join(s.DataDir, "server.log")
 	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

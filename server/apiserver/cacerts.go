@@ -1,0 +1,31 @@
+package apiserver
+
+import (
+	"net/http"
+
+	"kplane.dev/kplane/server/credentials"
+)
+
+// caCertsPath serves the kplane CA without credentials, so that a client
+// holding only the admin token (a CI job next to a kplane service
+// container) can learn which CA to trust before it sends the token.
+const caCertsPath = "/cacerts"
+
+// caCertsHandler serves caPEM with its signature (credentials.SignCA);
+// the client checks the signature with the token it holds, so a server
+// in the middle cannot hand it another CA.
+func caCertsHandler(caPEM []byte, signature string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if signature != "" {
+			w.Header().Set(credentials.CASignatureHeader, signature)
+		}
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(caPEM)
+	})
+}

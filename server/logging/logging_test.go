@@ -1,0 +1,74 @@
+package logging
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/sirupsen/logrus"
+	"k8s.io/klog/v2"
+)
+
+func newTestLogger(format string) (*logrus.Logger, *bytes.Buffer) {
+	var buf bytes.Buffer
+	l := logrus.New()
+	l.SetOutput(&buf)
+	f, err := NewFormatter(format)
+	if err != nil {
+		panic(err)
+	}
+	l.SetFormatter(f)
+	return l, &buf
+}
+
+type unencodable struct{ C chan int }
+
+// Every line klog hands over becomes one JSON object, whatever the values
+// of its key/value pairs are.
+func TestSinkWritesJSON(t *testing.T) {
+	l, buf := newTestLogger("json")
+	log := logr.New(&sink{logger: l}).WithName("cacher").WithValues("resource", "pods")
+	log.Info("watch started", "plane", "team-a", "obj", klog.KRef("ns", "name"), "ch", unencodable{C: make(chan int)}, "odd")
+	log.V(2).Info("verbose")
+	log.Error(errors.New("boom"), "failed", "count", 3)
+	var nilRef *klog.ObjectRef
+	log.Info("nil stringer", "ref", nilRef)
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want 4 lines, got %d:\n%s", len(lines), buf.String())
+	}
+	var entries []map[string]any
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %q: %v", line, err)
+		}
+		entries = append(entries, m)
+	}
+	first := entries[0]
+	for k, want := range map[string]any{"msg": "watch started", "level": "info", "logger": "cacher", "resource": "pods",
+		"plane": "team-a", "odd": "(missing value)"} {
+		if first[k] != want {
+			t.Errorf("%s = %v, want %v (line %v)", k, first[k], want, first)
+		}
+	}
+	if obj, _ := first["obj"].(map[string]any); obj["name"] != "name" || obj["namespace"] != "ns" {
+		t.Errorf("obj = %v, want its namespace and name", first["obj"])
+	}
+	if entries[1]["v"] != float64(2) {
+		t.Errorf("verbose line has v=%v", entries[1]["v"])
+	}
+	if entries[2]["level"] != "error" || entries[2]["error"] != "boom" || entries[2]["count"] != float64(3) {
+		t.Errorf("error line: %v", entries[2])
+	}
+}
+
+func TestNewFormatterRejectsUnknown(t *testing.T) {
+	if _, err := NewFormatter("yaml"); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Fatalf("want a --log-format error, got %v", err)
+	}
+}
