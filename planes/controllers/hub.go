@@ -20,6 +20,14 @@ type Subscriber interface {
 	Delete(resource schema.GroupResource, obj runtime.Object)
 }
 
+// LateStoreSubscriber is told when a storage built while the server runs
+// (the first CRD of a custom resource) has delivered its first full list:
+// objects created and deleted before that list were never seen, and what
+// depended on them must be looked at again.
+type LateStoreSubscriber interface {
+	StoreSynced(resource schema.GroupResource)
+}
+
 // hub follows every plane-scoped storage once and fans its events out.
 type hub struct {
 	registry    *planestorage.Registry
@@ -85,6 +93,14 @@ func (h *hub) follow(ctx context.Context, s *planestorage.Store) {
 	fan := &fanout{resource: s.Resource(), subs: subs}
 	if counted {
 		fan.onFirstSync = h.storeSynced
+	} else {
+		fan.onFirstSync = func() {
+			for _, sub := range subs {
+				if late, ok := sub.(LateStoreSubscriber); ok {
+					late.StoreSynced(s.Resource())
+				}
+			}
+		}
 	}
 	go planestorage.Follow(fctx, s, fan)
 }

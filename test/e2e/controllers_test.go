@@ -426,7 +426,7 @@ func TestGarbageCollection(t *testing.T) {
 			if err := dyn.Resource(rayGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, string(policy)+" from a custom resource", func() (bool, error) {
+			eventually(t, 30*time.Second, string(policy)+" from a custom resource", func() (bool, error) {
 				if _, err := dyn.Resource(rayGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return false, fmt.Errorf("owner still there: %v", err)
 				}

@@ -152,9 +152,12 @@ func TestPlaneCredentialsAndRBAC(t *testing.T) {
 		c, _ := kubernetes.NewForConfig(cfg)
 		return c
 	}
-	if _, err := jane(a).CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); err != nil {
-		t.Errorf("view in %s: list pods: %v", a, err)
-	}
+	// Authorization reads bindings from the watch cache: a binding takes
+	// effect once the cache has it, a moment after it is written.
+	eventually(t, 10*time.Second, "view in "+a+": list pods", func() (bool, error) {
+		_, err := jane(a).CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		return err == nil, err
+	})
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	if _, err := jane(a).CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("view in %s: create pod: want 403, got %v", a, err)

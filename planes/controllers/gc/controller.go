@@ -139,6 +139,15 @@ func (c *Collector) Delete(_ schema.GroupResource, obj runtime.Object) {
 	}
 }
 
+// StoreSynced implements controllers.LateStoreSubscriber: dependents of
+// owners in the group of a storage built late may have lost their owner
+// before its first list, unseen; they are looked at again.
+func (c *Collector) StoreSynced(resource schema.GroupResource) {
+	for _, n := range c.graph.ownedFromGroup(resource.Group) {
+		c.queue.Add(task{op: attempt, object: n.object})
+	}
+}
+
 // ownersChanged queues the owners of n, which may be waiting for n.
 func (c *Collector) ownersChanged(n *node) {
 	for _, ref := range n.owners {

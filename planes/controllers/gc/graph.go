@@ -120,6 +120,22 @@ func (g *graph) node(plane string, uid types.UID) *node {
 	return g.nodes[uidKey{plane, uid}]
 }
 
+// ownedFromGroup returns the nodes with an owner of API group.
+func (g *graph) ownedFromGroup(group string) []*node {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*node
+	for _, n := range g.nodes {
+		for _, o := range n.owners {
+			if gv, err := schema.ParseGroupVersion(o.APIVersion); err == nil && gv.Group == group {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // forgetPlane drops every node of plane.
 func (g *graph) forgetPlane(plane string) {
 	g.mu.Lock()
