@@ -45,6 +45,7 @@ import (
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Config is everything the multi-plane apiserver needs from the process
@@ -115,6 +116,7 @@ type completedConfig struct {
 	saRegistries *auth.ServiceAccountRegistries
 	lifecycle    *lateLifecycle
 	crds         *lateCRDs
+	snapshots    *lateSnapshots
 	crdGetters   crdGetters
 }
 
@@ -171,10 +173,14 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if genericConfig.Authorization.Authorizer, err = newAuthorizer(c.AdminUser, rbac); err != nil {
 		return CompletedConfig{}, err
 	}
+	// A delta stream of a snapshot is a watch for every filter of the chain.
+	genericConfig.RequestInfoResolver = snapshot.RequestInfoResolver{Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}
 	planeLifecycle := &lateLifecycle{}
 	customResources := &lateCRDs{}
+	snapshots := &lateSnapshots{}
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		handler := customResources.filter(apiHandler)
+		handler := snapshots.filter(apiHandler)
+		handler = customResources.filter(handler)
 		handler = planeLifecycle.filter(handler, gc.Serializer)
 		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
 		return routing.WithRouting(handler, gc.Serializer)
@@ -208,6 +214,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		saRegistries: saRegistries,
 		lifecycle:    planeLifecycle,
 		crds:         customResources,
+		snapshots:    snapshots,
 		crdGetters: crdGetters{
 			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
 			customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
@@ -369,6 +376,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
+	c.snapshots.s.Store(snapshot.New(snapshot.Config{
+		Storage:         c.storage,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		CustomResources: customResources,
+		Discovery: []http.Handler{
+			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
+			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
+		},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		Serializer: c.controlPlane.Generic.Serializer,
+	}))
 
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
 		return boot.Ensure(ctx, planes.Root)

@@ -21,6 +21,7 @@ import (
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Server is the multi-plane apiserver and the plane glue built around it.
@@ -55,6 +56,22 @@ func (l *lateLifecycle) filter(next http.Handler, serializer runtime.NegotiatedS
 		if plane, _ := planes.FromContext(req.Context()); plane != planes.Root {
 			responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("the server is starting"), serializer,
 				schema.GroupVersion{Version: "v1"}, w, req)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
+}
+
+// lateSnapshots lets the handler chain be built before the snapshot server
+// exists; until it does, /snapshot is not found.
+type lateSnapshots struct {
+	s atomic.Pointer[snapshot.Server]
+}
+
+func (l *lateSnapshots) filter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s := l.s.Load(); s != nil {
+			s.Filter(next).ServeHTTP(w, req)
 			return
 		}
 		next.ServeHTTP(w, req)
