@@ -30,6 +30,7 @@ func main() {
 			serverCommand(),
 			kplanecli.KubeconfigCommand(),
 			kplanecli.PlanesCommand(),
+			kplanecli.SnapshotCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }

@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
@@ -41,6 +42,7 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 		}
 		resources = append(resources, l)
 	}
+	s.catchUp(ctx, resources, opts)
 	buf := getBuffer()
 	defer putBuffer(buf)
 	if err := writeSnapshot(buf, plane, taken, resources, opts.IncludeEmpty); err != nil {
@@ -53,10 +55,40 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 	_, _ = w.Write(buf.Bytes())
 }
 
+// catchUp makes the snapshot's resourceVersion one every cache can resume
+// a watch from. A cache built after the server started cannot go back
+// before it was built; when a quieter cache lags behind that point, it is
+// read again once it has caught up (the cache waits for that, briefly),
+// and is otherwise left as it is: a delta stream from the snapshot is then
+// refused with 410 and the client takes a new snapshot.
+func (s *Server) catchUp(ctx context.Context, resources []listed, opts Options) {
+	var need uint64
+	for _, l := range resources {
+		if l.synced {
+			need = max(need, s.floor(l.store, l.rv))
+		}
+	}
+	for i, l := range resources {
+		if !l.synced || l.rv >= need {
+			continue
+		}
+		fresh, err := readAt(ctx, l.target, opts, strconv.FormatUint(need, 10))
+		if err != nil || !fresh.synced {
+			return
+		}
+		resources[i] = fresh
+	}
+}
+
 // read lists the plane's objects of t from its watch cache. A resource
 // whose cache is not synced is reported as such and never read: an
 // unsynced cache would send the read to the datastore.
 func read(ctx context.Context, t *target, opts Options) (listed, error) {
+	return readAt(ctx, t, opts, "0")
+}
+
+// readAt is read at a revision the cache must have reached ("0": any).
+func readAt(ctx context.Context, t *target, opts Options, rv string) (listed, error) {
 	l := listed{target: t}
 	if !synced(t.store) {
 		return l, nil
@@ -70,7 +102,11 @@ func read(ctx context.Context, t *target, opts Options) (listed, error) {
 		pred = storage.SelectionPredicate{Label: opts.LabelSelector, Field: fields.Everything(), GetAttrs: storage.DefaultClusterScopedAttr}
 	}
 	list := t.store.NewList()
-	err := t.store.GetList(ctx, key, storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred}, list)
+	listOpts := storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}
+	if rv != "0" {
+		listOpts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+	}
+	err := t.store.GetList(ctx, key, listOpts, list)
 	if apierrors.IsTooManyRequests(err) {
 		// The cache went unready since synced() looked.
 		return l, nil

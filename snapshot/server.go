@@ -56,6 +56,15 @@ type Server struct {
 
 	mu      sync.Mutex
 	builtin []*target
+
+	// initial are the storages built before the server: their caches
+	// started with the process, before any snapshot was taken. A cache
+	// built later (a custom resource's) can serve no watch from before it
+	// was built; floors holds, for each, a revision it can serve watches
+	// from: the first one a snapshot read from it.
+	initial map[*planestorage.Store]bool
+	floorMu sync.Mutex
+	floors  map[*planestorage.Store]uint64
 }
 
 // New returns a snapshot server.
@@ -63,7 +72,30 @@ func New(config Config) *Server {
 	if config.WarmTimeout == 0 {
 		config.WarmTimeout = 30 * time.Second
 	}
-	return &Server{config: config}
+	s := &Server{config: config, initial: map[*planestorage.Store]bool{}, floors: map[*planestorage.Store]uint64{}}
+	if config.Storage != nil {
+		for _, store := range config.Storage.Stores() {
+			s.initial[store] = true
+		}
+	}
+	return s
+}
+
+// floor returns the revision a watch of store can start from at the
+// earliest (0: any revision a snapshot reports), recording rv, read from
+// store now, if it knew none.
+func (s *Server) floor(store *planestorage.Store, rv uint64) uint64 {
+	if s.initial[store] {
+		return 0
+	}
+	s.floorMu.Lock()
+	defer s.floorMu.Unlock()
+	f, ok := s.floors[store]
+	if !ok {
+		s.floors[store] = rv
+		f = rv
+	}
+	return f
 }
 
 // target is one resource of a plane with what reads and writes it.
