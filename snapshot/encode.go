@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kplane.dev/kplane/planes"
 )
@@ -123,4 +126,95 @@ func writeJSON(buf *bytes.Buffer, v any) error {
 	}
 	buf.Truncate(buf.Len() - 1)
 	return nil
+}
+
+// encodings keeps the encoding of every object a snapshot wrote, by the
+// resource's version and the object's uid, for as long as the object is
+// unchanged and still read. An object in the watch cache never changes
+// while its resourceVersion stays the same, so a plane snapshotted after
+// every step of a rollout pays for converting and encoding only the
+// objects that step changed. Entries not used for a while are dropped;
+// past maxBytes, new encodings are not kept.
+type encodings struct {
+	maxBytes int64
+	idle     time.Duration
+
+	mu      sync.Mutex
+	entries map[encodingKey]*encoding
+	bytes   int64
+	swept   time.Time
+}
+
+type encodingKey struct {
+	gv  schema.GroupVersion
+	uid types.UID
+}
+
+type encoding struct {
+	resourceVersion string
+	data            []byte
+	used            time.Time
+}
+
+func newEncodings(maxBytes int64, idle time.Duration) *encodings {
+	return &encodings{maxBytes: maxBytes, idle: idle, entries: map[encodingKey]*encoding{}, swept: time.Now()}
+}
+
+// encode appends obj's JSON as e writes it to buf, from the kept encoding
+// when obj has not changed since.
+func (c *encodings) encode(buf *bytes.Buffer, e encoder, obj runtime.Object, now time.Time) error {
+	if c == nil {
+		return e.encode(buf, obj)
+	}
+	accessor, err := meta.Accessor(obj)
+	if err != nil || accessor.GetUID() == "" {
+		return e.encode(buf, obj)
+	}
+	key := encodingKey{gv: e.gv, uid: accessor.GetUID()}
+	rv := accessor.GetResourceVersion()
+	c.mu.Lock()
+	if kept, ok := c.entries[key]; ok && kept.resourceVersion == rv {
+		kept.used = now
+		buf.Write(kept.data)
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+
+	start := buf.Len()
+	if err := e.encode(buf, obj); err != nil {
+		return err
+	}
+	data := bytes.Clone(buf.Bytes()[start:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.entries[key]; ok {
+		c.bytes -= int64(len(old.data))
+		delete(c.entries, key)
+	}
+	if c.bytes+int64(len(data)) <= c.maxBytes {
+		c.entries[key] = &encoding{resourceVersion: rv, data: data, used: now}
+		c.bytes += int64(len(data))
+	}
+	return nil
+}
+
+// sweep drops the encodings no snapshot used for the idle time, at most
+// once per idle time.
+func (c *encodings) sweep(now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.swept) < c.idle {
+		return
+	}
+	c.swept = now
+	for key, e := range c.entries {
+		if now.Sub(e.used) > c.idle {
+			c.bytes -= int64(len(e.data))
+			delete(c.entries, key)
+		}
+	}
 }

@@ -43,9 +43,10 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 		resources = append(resources, l)
 	}
 	s.catchUp(ctx, resources, opts)
+	defer s.encodings.sweep(taken)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	if err := writeSnapshot(buf, plane, taken, resources, opts.IncludeEmpty); err != nil {
+	if err := writeSnapshot(buf, s.encodings, plane, taken, resources, opts.IncludeEmpty); err != nil {
 		s.writeError(w, req, err)
 		return
 	}
@@ -150,7 +151,7 @@ func resumeVersion(resources []listed) (uint64, bool) {
 // writeSnapshot writes the response. It is written by hand around the
 // items, which are encoded straight into buf: going through
 // json.RawMessage would scan every item a second time.
-func writeSnapshot(buf *bytes.Buffer, plane string, taken time.Time, resources []listed, includeEmpty bool) error {
+func writeSnapshot(buf *bytes.Buffer, kept *encodings, plane string, taken time.Time, resources []listed, includeEmpty bool) error {
 	head := Snapshot{Cluster: plane, SnapshotTime: taken.Format(time.RFC3339Nano)}
 	if rv, ok := resumeVersion(resources); ok {
 		head.ResourceVersion = strconv.FormatUint(rv, 10)
@@ -175,7 +176,7 @@ func writeSnapshot(buf *bytes.Buffer, plane string, taken time.Time, resources [
 			buf.WriteByte(',')
 		}
 		first = false
-		if err := writeResource(buf, r); err != nil {
+		if err := writeResource(buf, kept, taken, r); err != nil {
 			return err
 		}
 	}
@@ -183,7 +184,7 @@ func writeSnapshot(buf *bytes.Buffer, plane string, taken time.Time, resources [
 	return nil
 }
 
-func writeResource(buf *bytes.Buffer, r listed) error {
+func writeResource(buf *bytes.Buffer, kept *encodings, now time.Time, r listed) error {
 	head := Resource{
 		Group: r.gvr.Group, Version: r.gvr.Version, Resource: r.gvr.Resource, Kind: r.kind,
 		Namespaced: r.namespaced, Synced: r.synced, ItemCount: len(r.items),
@@ -201,7 +202,7 @@ func writeResource(buf *bytes.Buffer, r listed) error {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		if err := r.enc.encode(buf, obj); err != nil {
+		if err := kept.encode(buf, r.enc, obj, now); err != nil {
 			return fmt.Errorf("encoding %s: %w", r.name(), err)
 		}
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	Schemes []*runtime.Scheme
 	// Serializer writes Status errors.
 	Serializer runtime.NegotiatedSerializer
+	// EncodingCacheBytes bounds the memory kept for encoded objects
+	// (default 256 MiB; negative: keep none).
+	EncodingCacheBytes int64
 	// WarmTimeout bounds how long a request waits for caches to sync
 	// (default 30s).
 	WarmTimeout time.Duration
@@ -63,8 +66,10 @@ type Server struct {
 	// was built; floors holds, for each, a revision it can serve watches
 	// from: the first one a snapshot read from it.
 	initial map[*planestorage.Store]bool
-	floorMu sync.Mutex
-	floors  map[*planestorage.Store]uint64
+	// encodings keeps what snapshots wrote, to write it again.
+	encodings *encodings
+	floorMu   sync.Mutex
+	floors    map[*planestorage.Store]uint64
 }
 
 // New returns a snapshot server.
@@ -72,7 +77,13 @@ func New(config Config) *Server {
 	if config.WarmTimeout == 0 {
 		config.WarmTimeout = 30 * time.Second
 	}
+	if config.EncodingCacheBytes == 0 {
+		config.EncodingCacheBytes = 256 << 20
+	}
 	s := &Server{config: config, initial: map[*planestorage.Store]bool{}, floors: map[*planestorage.Store]uint64{}}
+	if config.EncodingCacheBytes > 0 {
+		s.encodings = newEncodings(config.EncodingCacheBytes, 2*time.Minute)
+	}
 	if config.Storage != nil {
 		for _, store := range config.Storage.Stores() {
 			s.initial[store] = true
