@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,31 +19,81 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/snapshot"
 )
 
 // SnapshotCommand is `kplane snapshot <plane>`.
 func SnapshotCommand() *cli.Command {
+	// Destinations make every alias of a flag one value once parsed
+	// outside the cli package.
+	var namespace, selector, output string
+	flags := append(adminFlags(),
+		&cli.StringSliceFlag{Name: "resource", Aliases: []string{"r"},
+			Usage: "only these resources (repeatable or comma-separated: pods, deployments.apps, apps/deployments)"},
+		&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Destination: &namespace, Usage: "only namespaced resources, in this namespace"},
+		&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Destination: &selector, Usage: "label selector of the objects"},
+		&cli.BoolFlag{Name: "include-empty", Usage: "list resources without objects too"},
+		&cli.BoolFlag{Name: "warm", Usage: "make sure every resource is in the server's cache first"},
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "summary", Destination: &output, Usage: "json, yaml or summary"},
+	)
 	return &cli.Command{
 		Name:      "snapshot",
 		Usage:     "print the whole state of plane <id> (every resource and object), read from the server's memory",
 		ArgsUsage: "<id>",
-		Flags: append(adminFlags(),
-			&cli.StringSliceFlag{Name: "resource", Aliases: []string{"r"},
-				Usage: "only these resources (repeatable or comma-separated: pods, deployments.apps, apps/deployments)"},
-			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Usage: "only namespaced resources, in this namespace"},
-			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "label selector of the objects"},
-			&cli.BoolFlag{Name: "include-empty", Usage: "list resources without objects too"},
-			&cli.BoolFlag{Name: "warm", Usage: "make sure every resource is in the server's cache first"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "summary", Usage: "json, yaml or summary"},
-		),
-		Action: printSnapshot,
+		Flags:     flags,
+		// Flags may follow the plane (kplane snapshot p1 -o json), which
+		// the flag package alone does not allow.
+		SkipFlagParsing: true,
+		Action: func(c *cli.Context) error {
+			parsed, args, err := parseInterspersed(c, flags)
+			if err != nil {
+				return err
+			}
+			return printSnapshot(parsed, args)
+		},
 	}
 }
 
-func printSnapshot(c *cli.Context) error {
-	id, err := planeArg(c)
-	if err != nil {
+// parseInterspersed parses c's arguments with flags before, between and
+// after the positional ones, and returns a context holding the flags and
+// the positional arguments.
+func parseInterspersed(c *cli.Context, flags []cli.Flag) (*cli.Context, []string, error) {
+	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	for _, f := range flags {
+		if err := f.Apply(set); err != nil {
+			return nil, nil, err
+		}
+	}
+	var positional []string
+	rest := c.Args().Slice()
+	for {
+		if err := set.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				if lineage := c.Lineage(); len(lineage) > 1 {
+					_ = cli.ShowCommandHelp(lineage[1], c.Command.Name)
+				}
+				return nil, nil, cli.Exit("", 0)
+			}
+			return nil, nil, err
+		}
+		rest = set.Args()
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		rest = rest[1:]
+	}
+	return cli.NewContext(c.App, set, c), positional, nil
+}
+
+func printSnapshot(c *cli.Context, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want exactly one plane id")
+	}
+	id := args[0]
+	if err := planes.ValidateID(id); err != nil {
 		return err
 	}
 	output := c.String("output")

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"reflect"
 	"sort"
 	"strconv"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 // snapshotManifest holds objects of 15 kinds (with a CRD and one of its
@@ -825,5 +828,55 @@ func writeRandomly(t *testing.T, plane, other dynamic.Interface, n int) {
 		if _, err := other.Resource(k.gvr).Namespace("shop").Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
 			t.Fatalf("write %d in the other plane: %v", i, err)
 		}
+	}
+}
+
+// TestSnapshotCLI: `kplane snapshot` prints a plane's snapshot as JSON,
+// YAML or a summary, with the server's own error for bad input.
+func TestSnapshotCLI(t *testing.T) {
+	t.Parallel()
+	plane := uniquePlane(t, "snap-cli")
+	setupShop(t, plane)
+	bin, err := framework.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"snapshot", "--data-dir", shared.DataDir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := run(plane, "-o", "json", "--resource", "configmaps,widgets", "-n", "shop", "--warm")
+	if err != nil {
+		t.Fatalf("kplane snapshot: %v\n%s", err, out)
+	}
+	var snap snapshotResponse
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		t.Fatalf("-o json: %v\n%s", err, out)
+	}
+	items := snap.items()
+	if snap.Cluster != plane || items["/configmaps"]["shop/settings"] == nil || items["example.com/widgets"]["shop/gear"] == nil {
+		t.Fatalf("-o json: %s", out)
+	}
+
+	out, err = run(plane, "-o", "yaml", "-r", "pods", "-l", "app=web")
+	if err != nil || !strings.Contains(out, "cluster: "+plane) || !strings.Contains(out, "name: web-0") {
+		t.Fatalf("-o yaml: %v\n%s", err, out)
+	}
+
+	out, err = run(plane)
+	if err != nil {
+		t.Fatalf("summary: %v\n%s", err, out)
+	}
+	for _, want := range []string{"plane " + plane + " at resourceVersion", "RESOURCE", "deployments.apps", "widgets.example.com", "total"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("summary lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = run(plane, "--resource", "gizmos")
+	if err == nil || !strings.Contains(out, `unknown resource "gizmos"`) {
+		t.Fatalf("unknown resource: %v\n%s", err, out)
 	}
 }
