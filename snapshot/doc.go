@@ -7,10 +7,11 @@
 // (planes/storage): a snapshot lists the plane's key prefix of every cache
 // at resourceVersion 0, converts each object to the version a client of
 // the plane sees first in discovery, and writes it without managed fields
-// and without the server-internal plane annotation. Nothing is copied ahead
-// of time and no call reads the datastore. The delta stream is one plane-
-// scoped watch per resource on the same caches, merged into newline-
-// delimited JSON events.
+// and without the server-internal plane annotation. No call reads the
+// datastore; the encoding of each object is kept while the object is
+// unchanged and read, so repeated snapshots of a plane encode only what
+// changed. The delta stream is one plane-scoped watch per resource on the
+// same caches, merged into newline-delimited JSON events.
 //
 // The package owns the request (query parameters, resource names), the
 // authorization of every resource it reads (list for a snapshot, watch for
