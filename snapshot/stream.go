@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -96,7 +97,7 @@ func (s *Server) serveStream(w http.ResponseWriter, req *http.Request, plane str
 		case <-ticker.C:
 			if rv, ok := st.advanced(); ok {
 				line.Reset()
-				_ = writeJSON(line, Event{Type: Bookmark, ResourceVersion: strconv.FormatUint(rv, 10)})
+				_ = writeJSON(line, bookmark(rv))
 				line.WriteByte('\n')
 				if _, err := w.Write(line.Bytes()); err != nil {
 					return
@@ -318,6 +319,14 @@ func writeEvent(line *bytes.Buffer, typ string, t *target, obj runtime.Object) e
 	}
 	line.WriteString("}\n")
 	return nil
+}
+
+// bookmark is a BOOKMARK event. Its object, like a Kubernetes watch
+// bookmark's, holds only metadata.resourceVersion, so that every line of a
+// stream has a type and an object.
+func bookmark(rv uint64) Event {
+	v := strconv.FormatUint(rv, 10)
+	return Event{Type: Bookmark, ResourceVersion: v, Object: json.RawMessage(`{"metadata":{"resourceVersion":"` + v + `"}}`)}
 }
 
 func writeErrorEvent(line *bytes.Buffer, err *apierrors.StatusError) {

@@ -62,8 +62,8 @@ type Event struct {
 	// stream has been delivered up to: a stream resumed from it misses
 	// nothing.
 	ResourceVersion string `json:"resourceVersion,omitempty"`
-	// Object is the object (same shape as snapshot items) or, on ERROR, a
-	// metav1.Status.
+	// Object is the object (same shape as snapshot items); on ERROR a
+	// metav1.Status; on BOOKMARK {"metadata":{"resourceVersion":...}}.
 	Object json.RawMessage `json:"object,omitempty"`
 }
 
