@@ -103,11 +103,11 @@ func hasVerb(verbs []string, verb string) bool {
 }
 
 // customResources are the resources of a plane's CRDs.
-func customResources(in []crds.Resource) []*resourceInfo {
+func customResources(in []crds.CustomResource) []*resourceInfo {
 	out := make([]*resourceInfo, 0, len(in))
 	for _, r := range in {
 		out = append(out, &resourceInfo{
-			gvr: r.GroupVersionResource, kind: r.Kind, singular: r.Singular,
+			gvr: r.Resource, kind: r.Kind, singular: r.Singular,
 			shortNames: r.ShortNames, namespaced: r.Namespaced, custom: true,
 		})
 	}

@@ -22,8 +22,8 @@ import (
 
 // CustomResources are the plane's CRDs (planes/crds).
 type CustomResources interface {
-	// Resources are the custom resources plane serves.
-	Resources(plane string) []crds.Resource
+	// CustomResources are the established custom resources plane serves.
+	CustomResources(plane string) []crds.CustomResource
 	// EnsureStorages builds the storage (and watch cache) of every CRD of
 	// plane that has none yet.
 	EnsureStorages(ctx context.Context, plane string) error
@@ -255,7 +255,7 @@ func (s *Server) targets(plane string) ([]*target, error) {
 	if s.config.CustomResources == nil {
 		return builtin, nil
 	}
-	custom := customResources(s.config.CustomResources.Resources(plane))
+	custom := customResources(s.config.CustomResources.CustomResources(plane))
 	if len(custom) == 0 {
 		return builtin, nil
 	}
