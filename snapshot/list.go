@@ -36,6 +36,10 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 	resources := make([]listed, 0, len(targets))
 	for _, t := range targets {
 		l, err := read(ctx, t, opts)
+		if err != nil && t.custom {
+			// Its CRD is going away while being read: not known, not fatal.
+			l, err = listed{target: t}, nil
+		}
 		if err != nil {
 			s.writeError(w, req, err)
 			return

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"weak"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,12 +65,14 @@ type Server struct {
 	// started with the process, before any snapshot was taken. A cache
 	// built later (a custom resource's) can serve no watch from before it
 	// was built; floors holds, for each, a revision it can serve watches
-	// from: the first one a snapshot read from it.
-	initial map[*planestorage.Store]bool
+	// from: the first one a snapshot read from it. Storages are held
+	// weakly: a custom resource's storage that is released must not be
+	// kept alive, watch cache and all, by this bookkeeping.
+	initial map[weak.Pointer[planestorage.Store]]bool
 	// encodings keeps what snapshots wrote, to write it again.
 	encodings *encodings
 	floorMu   sync.Mutex
-	floors    map[*planestorage.Store]uint64
+	floors    map[weak.Pointer[planestorage.Store]]uint64
 }
 
 // New returns a snapshot server.
@@ -80,13 +83,13 @@ func New(config Config) *Server {
 	if config.EncodingCacheBytes == 0 {
 		config.EncodingCacheBytes = 256 << 20
 	}
-	s := &Server{config: config, initial: map[*planestorage.Store]bool{}, floors: map[*planestorage.Store]uint64{}}
+	s := &Server{config: config, initial: map[weak.Pointer[planestorage.Store]]bool{}, floors: map[weak.Pointer[planestorage.Store]]uint64{}}
 	if config.EncodingCacheBytes > 0 {
 		s.encodings = newEncodings(config.EncodingCacheBytes, 2*time.Minute)
 	}
 	if config.Storage != nil {
 		for _, store := range config.Storage.Stores() {
-			s.initial[store] = true
+			s.initial[weak.Make(store)] = true
 		}
 	}
 	return s
@@ -96,15 +99,22 @@ func New(config Config) *Server {
 // earliest (0: any revision a snapshot reports), recording rv, read from
 // store now, if it knew none.
 func (s *Server) floor(store *planestorage.Store, rv uint64) uint64 {
-	if s.initial[store] {
+	key := weak.Make(store)
+	if s.initial[key] {
 		return 0
 	}
 	s.floorMu.Lock()
 	defer s.floorMu.Unlock()
-	f, ok := s.floors[store]
+	f, ok := s.floors[key]
 	if !ok {
-		s.floors[store] = rv
+		s.floors[key] = rv
 		f = rv
+		// Forget the storages released since.
+		for k := range s.floors {
+			if k.Value() == nil {
+				delete(s.floors, k)
+			}
+		}
 	}
 	return f
 }
