@@ -267,6 +267,18 @@ func setupShop(t *testing.T, plane string) {
 	shared.MustKubectl(t, plane, snapshotManifest, "apply", "-f", "-")
 	waitEstablished(t, shared, plane, "widgets.example.com")
 	shared.MustKubectl(t, plane, widgetManifest, "apply", "-f", "-")
+	// The namespace's controller-made objects are part of what is compared.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := shared.Kubectl(t, plane, "", "get", "configmap/kube-root-ca.crt", "serviceaccount/default", "-n", "shop", "-o", "name")
+		if err == nil && strings.Count(out, "/") == 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace shop of %s never got its root CA and default service account: %v %s", plane, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // withoutServerFields drops what a snapshot leaves out by design from an
