@@ -27,6 +27,7 @@ func main() {
 			kplanecli.KubeconfigCommand(),
 			kplanecli.PlanesCommand(),
 			kplanecli.HealthcheckCommand(),
+			kplanecli.SnapshotCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }

@@ -150,6 +150,13 @@ func (b *Bootstrapper) ensureNamespace(ctx context.Context, name string) error {
 // bootstrap objects, so that a plane that never writes a Service costs no
 // Service registry of its own.
 func (b *Bootstrapper) kubernetesService() runtime.Object {
+	// The families are written out, as the Service registry would on
+	// create: readers of storage (snapshots) see what the API shows.
+	family := corev1.IPv4Protocol
+	if b.config.ServiceIP.To4() == nil {
+		family = corev1.IPv6Protocol
+	}
+	single := corev1.IPFamilyPolicySingleStack
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault,
 			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
@@ -157,6 +164,8 @@ func (b *Bootstrapper) kubernetesService() runtime.Object {
 			Type:            corev1.ServiceTypeClusterIP,
 			ClusterIP:       b.config.ServiceIP.String(),
 			ClusterIPs:      []string{b.config.ServiceIP.String()},
+			IPFamilies:      []corev1.IPFamily{family},
+			IPFamilyPolicy:  &single,
 			SessionAffinity: corev1.ServiceAffinityNone,
 			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443,
 				TargetPort: intstr.FromInt32(b.config.ServicePort)}},

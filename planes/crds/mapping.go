@@ -12,6 +12,9 @@ type CustomResource struct {
 	Resource   schema.GroupVersionResource
 	Kind       string
 	Namespaced bool
+	// Singular and ShortNames also name it (kubectl, snapshot filters).
+	Singular   string
+	ShortNames []string
 }
 
 // ForKind finds plane's established custom resource of group/kind gk.
@@ -55,6 +58,8 @@ func (s *Server) find(plane string, match func(*apiextensionsv1.CustomResourceDe
 			Resource:   schema.GroupVersionResource{Group: crd.Spec.Group, Version: versions[0], Resource: crd.Status.AcceptedNames.Plural},
 			Kind:       crd.Status.AcceptedNames.Kind,
 			Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
+			Singular:   crd.Status.AcceptedNames.Singular,
+			ShortNames: crd.Status.AcceptedNames.ShortNames,
 		}, true
 	}
 	return CustomResource{}, false

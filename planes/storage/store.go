@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 
 	"kplane.dev/kplane/planes"
 )
@@ -42,6 +43,13 @@ func (s *Store) New() runtime.Object { return s.newFunc() }
 
 // NewList returns an empty list object of the resource's internal type.
 func (s *Store) NewList() runtime.Object { return s.newListFunc() }
+
+// Cached reports whether reads at resourceVersion "0" and watches of this
+// storage are served by its watch cache (memory) rather than the datastore.
+func (s *Store) Cached() bool {
+	_, ok := s.Interface.(*cacherstorage.CacheDelegator)
+	return ok
+}
 
 func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
 	if planes.AllPlanes(ctx) {

@@ -47,10 +47,14 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet")
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet, snapshot")
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
+	snapshotObjects := flag.Int("snapshot-objects", 1000, "objects (10 kinds) in the plane of the snapshot scenario")
+	busyPlanes := flag.Int("busy-planes", 100, "other planes written to during the snapshot scenario")
+	busyRate := flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
+	snapshotCalls := flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
 	out := flag.String("out", "bench/density.json", "JSON file to write")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	flag.Parse()
@@ -78,6 +82,8 @@ func main() {
 			res, err = fleetScenario(bin, fleetParams{Replicas: *fleetReplicas, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "crds":
 			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
+		case "snapshot":
+			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		default:
 			err = fmt.Errorf("unknown scenario %q", scenario)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/auth"
+	"kplane.dev/kplane/snapshot"
 )
 
 // publicPaths answer without credentials, on the root plane only: health
@@ -67,8 +68,9 @@ func hasCredentials(req *http.Request) bool {
 
 // newAuthorizer returns the server's authorizer: members of system:masters
 // (the admin credential and the loopback client) may do anything in every
-// plane; everyone may read the public paths; everything else is decided by
-// the plane's own authorization.
+// plane; everyone may read the public paths; every authenticated user may
+// ask for a snapshot (which authorizes each resource it reads); everything
+// else is decided by the plane's own authorization.
 func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorizer.Authorizer, error) {
 	public, err := authzpath.NewAuthorizer(publicPaths)
 	if err != nil {
@@ -77,6 +79,7 @@ func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorize
 	return union.New(
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/snapshot", Authorizer: snapshot.PathAuthorizer()},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/impersonation", Authorizer: authorizer.AuthorizerFunc(auth.ImpersonationGuard{PrivilegedUsers: []string{adminUser}}.Authorize)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/rbac", Authorizer: planeRBAC},
 	)

@@ -47,6 +47,7 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 	"kplane.dev/kplane/server/autoapply"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Config is everything the multi-plane apiserver needs from the process
@@ -125,6 +126,7 @@ type completedConfig struct {
 	saRegistries *auth.ServiceAccountRegistries
 	lifecycle    *lateLifecycle
 	crds         *lateCRDs
+	snapshots    *lateSnapshots
 	crdGetters   crdGetters
 	metrics      *kplanemetrics.Metrics
 }
@@ -182,8 +184,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if genericConfig.Authorization.Authorizer, err = newAuthorizer(c.AdminUser, rbac); err != nil {
 		return CompletedConfig{}, err
 	}
+	// A delta stream of a snapshot is a watch for every filter of the chain.
+	genericConfig.RequestInfoResolver = snapshot.RequestInfoResolver{Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}
 	planeLifecycle := &lateLifecycle{}
 	customResources := &lateCRDs{}
+	snapshots := &lateSnapshots{}
 	planeMetrics, err := kplanemetrics.New(kplanemetrics.Config{
 		TopPlanes: c.MetricsTopPlanes,
 		Window:    c.MetricsWindow,
@@ -194,7 +199,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		handler := customResources.filter(apiHandler)
+		handler := snapshots.filter(apiHandler)
+		handler = customResources.filter(handler)
 		// Counted after the lifecycle filter: only planes that exist get a
 		// counter.
 		handler = planeMetrics.Filter(handler)
@@ -232,6 +238,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		lifecycle:    planeLifecycle,
 		crds:         customResources,
 		metrics:      planeMetrics,
+		snapshots:    snapshots,
 		crdGetters: crdGetters{
 			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
 			customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
@@ -393,6 +400,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
+	c.snapshots.s.Store(snapshot.New(snapshot.Config{
+		Storage:         c.storage,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		CustomResources: customResources,
+		Discovery: []http.Handler{
+			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
+			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
+		},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		Serializer: c.controlPlane.Generic.Serializer,
+	}))
 
 	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
 	if err := c.metrics.Register(); err != nil {

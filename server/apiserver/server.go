@@ -21,6 +21,7 @@ import (
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Server is the multi-plane apiserver and the plane glue built around it.
@@ -80,6 +81,22 @@ func (l *lateLifecycle) exists(plane string) bool {
 		return ok
 	}
 	return true
+}
+
+// lateSnapshots lets the handler chain be built before the snapshot server
+// exists; until it does, /snapshot is not found.
+type lateSnapshots struct {
+	s atomic.Pointer[snapshot.Server]
+}
+
+func (l *lateSnapshots) filter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if s := l.s.Load(); s != nil {
+			s.Filter(next).ServeHTTP(w, req)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // namespaceGetter reads namespaces through the namespace registry.
