@@ -88,6 +88,8 @@ type CompletedConfig struct {
 	AdminToken        string
 	ServiceAccountKey crypto.Signer
 	EtcdTLS           etcd.TLS
+	// dataDirLock is held while the process lives (lockDataDir).
+	dataDirLock *os.File
 }
 
 // Complete creates the data directory and the credentials (first start) or
@@ -95,6 +97,10 @@ type CompletedConfig struct {
 func (c *Config) Complete() (CompletedConfig, error) {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return CompletedConfig{}, fmt.Errorf("creating data dir: %w", err)
+	}
+	lock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return CompletedConfig{}, err
 	}
 	ca, err := credentials.EnsureCA(c.TLSDir)
 	if err != nil {
@@ -131,7 +137,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err := credentials.WriteKubeconfig(c.KubeconfigPath, credentials.Kubeconfig("kplane", c.ServerURL, ca.PEM, token)); err != nil {
 		return CompletedConfig{}, fmt.Errorf("writing %s: %w", c.KubeconfigPath, err)
 	}
-	return CompletedConfig{Config: c, CA: ca, AdminToken: token, ServiceAccountKey: saKey, EtcdTLS: etcdTLS}, nil
+	return CompletedConfig{Config: c, CA: ca, AdminToken: token, ServiceAccountKey: saKey, EtcdTLS: etcdTLS, dataDirLock: lock}, nil
 }
 
 func (c *Config) servingCert() string { return filepath.Join(c.TLSDir, "serving.crt") }

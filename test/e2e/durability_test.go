@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +119,25 @@ func durabilitySuite(t *testing.T, args []string) {
 		if got[i] != want[i] {
 			t.Fatalf("resumed watch: got %v, want %v", got, want)
 		}
+	}
+}
+
+// TestDataDirInUse: a second server on a data dir in use refuses to start
+// and leaves the first one serving.
+func TestDataDirInUse(t *testing.T) {
+	t.Parallel()
+	bin, _ := framework.Binary()
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "server", "--data-dir", shared.DataDir, "--https-port", strconv.Itoa(port)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is in use by another kplane server") {
+		t.Fatalf("second server on %s: %v\n%s", shared.DataDir, err, out)
+	}
+	if _, err := shared.Client(t, "root").CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("first server after the refused start: %v", err)
 	}
 }
