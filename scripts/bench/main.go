@@ -1,12 +1,14 @@
 // Command bench measures kplane on this machine and writes the figures to a
-// JSON file. Each scenario starts its own server (the binary under test) on
-// loopback with a temporary data directory and stops it afterwards.
+// JSON file, with a Markdown table and PNG plots beside it. Each scenario
+// starts its own server (the binary under test) on loopback with a
+// temporary data directory and stops it afterwards; the baseline scenario
+// runs upstream kube-apiservers on one etcd the same way.
 //
 //	go run ./scripts/bench --binary bin/kplane --planes 1000 --out bench/density.json
+//	make bench    # every scenario side by side, bench/results.{json,md} and bench/*.png
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -30,6 +32,7 @@ type Report struct {
 	Date    string   `json:"date"`
 	Machine Machine  `json:"machine"`
 	Binary  string   `json:"binary"`
+	Command string   `json:"command,omitempty"`
 	Results []Result `json:"results"`
 }
 
@@ -47,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet, snapshot")
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet, snapshot, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -55,18 +58,34 @@ func main() {
 	busyPlanes := flag.Int("busy-planes", 100, "other planes written to during the snapshot scenario")
 	busyRate := flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
 	snapshotCalls := flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
-	out := flag.String("out", "bench/density.json", "JSON file to write")
+	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
+	var side sideBySideOptions
+	side.register(flag.CommandLine)
 	flag.Parse()
 
 	bin, err := filepath.Abs(*binary)
 	if err != nil {
 		fail(err)
 	}
+	stop := cleanupOnSignal()
+	defer stop()
+	fail := func(err error) { stop(); fail(err) }
+	if side.Quick {
+		side.applyQuick()
+		*planes, *cycles, *fleetReplicas = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10)
+	}
+	if side.ReportOnly {
+		if err := rewriteReport(*out); err != nil {
+			fail(err)
+		}
+		return
+	}
 	report := Report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
 		Binary:  bin,
+		Command: strings.Join(os.Args, " "),
 	}
 	for _, scenario := range strings.Split(*scenarios, ",") {
 		var res Result
@@ -85,7 +104,15 @@ func main() {
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		default:
-			err = fmt.Errorf("unknown scenario %q", scenario)
+			var results []Result
+			results, err = side.run(scenario, bin, *workers, *configmaps, *bootstrap)
+			if err == nil {
+				for _, r := range results {
+					report.Results = append(report.Results, r)
+					printResult(r)
+				}
+				continue
+			}
 		}
 		if err != nil {
 			fail(err)
@@ -93,15 +120,9 @@ func main() {
 		report.Results = append(report.Results, res)
 		printResult(res)
 	}
-
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := writeReport(*out, report); err != nil {
 		fail(err)
 	}
-	data, _ := json.MarshalIndent(report, "", "  ")
-	if err := os.WriteFile(*out, append(data, '\n'), 0o644); err != nil {
-		fail(err)
-	}
-	fmt.Println("wrote", *out)
 }
 
 func printResult(r Result) {

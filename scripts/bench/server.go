@@ -107,7 +107,12 @@ func (s *server) client(plane string) (*kubernetes.Clientset, error) {
 
 // rssBytes is the resident set of the server process.
 func (s *server) rssBytes() (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	return processRSS(s.cmd.Process.Pid)
+}
+
+// processRSS is the resident set of a process.
+func processRSS(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
