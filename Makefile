@@ -18,7 +18,7 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e vet clean release
+.PHONY: all build run test test-unit test-e2e bench bench-quick vet clean release
 
 all: build
 
@@ -55,8 +55,22 @@ release:
 	cd dist && sha256sum kplane-* install.sh kplane.service > sha256sums.txt
 	cat dist/sha256sums.txt
 
+# Scenarios of `make bench`; BENCH_FLAGS adds flags, e.g. --max 1000.
+BENCH_SCENARIOS ?= curve,requests,watch,fleet,baseline
+BENCH_FLAGS     ?=
+
+## bench: kplane against one kube-apiserver per plane on this machine:
+## bench/results.json, bench/results.md and bench/*.png (takes a while)
+bench: build
+	$(GO) run ./scripts/bench --binary bin/kplane --scenarios $(BENCH_SCENARIOS) --out bench/results.json $(BENCH_FLAGS)
+
+## bench-quick: the same with tiny counts (a smoke test, about a minute), into bench/quick/
+bench-quick: build
+	$(GO) run ./scripts/bench --binary bin/kplane --quick --scenarios $(BENCH_SCENARIOS) --out bench/quick/results.json $(BENCH_FLAGS)
+
 vet:
 	$(GO) vet ./...
 
+# bench/ holds measured figures and is kept.
 clean:
 	rm -rf bin dist

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuickBench runs every side-by-side scenario with --quick counts
+// against the real binary and checks that the harness wrote its JSON,
+// table and plots. It asserts that figures were produced, not what they
+// are: those depend on the machine.
+func TestQuickBench(t *testing.T) {
+	binary := os.Getenv("KPLANE_BINARY")
+	if binary == "" {
+		t.Skip("KPLANE_BINARY is not set (make test sets it)")
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	var o sideBySideOptions
+	o.register(flag.NewFlagSet("bench", flag.ContinueOnError))
+	o.Quick = true
+	o.applyQuick()
+
+	report := Report{Date: time.Now().UTC().Format(time.RFC3339), Binary: binary,
+		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH}}
+	for _, scenario := range sideBySideScenarios {
+		results, err := o.run(scenario, binary, 8, 3, "minimal")
+		if err != nil {
+			t.Fatalf("%s: %v", scenario, err)
+		}
+		report.Results = append(report.Results, results...)
+	}
+	fleet, err := fleetScenario(binary, fleetParams{Replicas: 5, Bootstrap: "minimal"})
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	report.Results = append(report.Results, fleet)
+
+	dir := t.TempDir()
+	out := filepath.Join(dir, "results.json")
+	if err := writeReport(out, report); err != nil {
+		t.Fatal(err)
+	}
+
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written Report
+	if err := json.Unmarshal(data, &written); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1}
+	got := map[string]int{}
+	baselineRan := false
+	for _, r := range written.Results {
+		got[r.Scenario]++
+		if r.Scenario == "baseline" && r.Params["skipped"] == true {
+			t.Logf("baseline: %s", strings.Join(r.Notes, "; "))
+			continue
+		}
+		baselineRan = baselineRan || r.Scenario == "baseline"
+		if len(r.Figures) == 0 {
+			t.Errorf("%s %v has no figures", r.Scenario, r.Params)
+		}
+	}
+	for s, n := range want {
+		if got[s] != n {
+			t.Errorf("results.json holds %d %s results, want %d", got[s], s, n)
+		}
+	}
+	if baselineRan && got["comparison"] != 1 {
+		t.Errorf("the baseline ran but results.json holds no comparison")
+	}
+
+	plots := []string{"density.png", "create-latency.png", "requests-throughput.png", "requests-p99.png", "watch.png", "fleet.png"}
+	if baselineRan {
+		plots = append(plots, "baseline-density.png", "baseline-ready.png")
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, section := range []string{"planes per GiB", "## Density curve", "## Request overhead", "## Watch fan-out", "### fleet"} {
+		if !strings.Contains(string(md), section) {
+			t.Errorf("results.md has no %q", section)
+		}
+	}
+	for _, p := range plots {
+		data, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) || len(data) < 1000 {
+			t.Errorf("%s is not a PNG image (%d bytes)", p, len(data))
+		}
+		if !strings.Contains(string(md), "("+p+")") {
+			t.Errorf("results.md does not show %s", p)
+		}
+	}
+}
