@@ -137,6 +137,8 @@ func markdown(report Report, plots []string) string {
 		b.WriteString("\n")
 	}
 	b.WriteString(curveTable(r))
+	b.WriteString(fleetTable(r))
+	b.WriteString(snapshotTable(r))
 	b.WriteString(requestsTable(r))
 	b.WriteString(watchTable(r))
 	b.WriteString("## Every figure\n\n")
@@ -246,6 +248,34 @@ func curveSteps(curves []*Result) []int {
 	}
 	sort.Ints(steps)
 	return steps
+}
+
+func fleetTable(results []Result) string {
+	r := find(results, "fleet")
+	if r == nil {
+		return ""
+	}
+	n := r.Params["replicas"]
+	return fmt.Sprintf("## Fleet\n\n| | Fleet of %v |\n|---|---|\n"+
+		"| apply to `readyReplicas=%v` | %.1f s (%.1f members/s) |\n"+
+		"| first member ready | %.2f s |\n"+
+		"| RSS after (marginal per member) | %.0f MiB (%.2f MiB) |\n"+
+		"| delete to gone | %.1f s |\n\n",
+		n, n, r.Figures["apply_to_ready_seconds"], r.Figures["members_ready_per_second"], r.Figures["first_member_ready_ms"]/1000,
+		r.Figures["ready_rss_mib"], r.Figures["marginal_rss_mib_per_member"], r.Figures["delete_to_gone_seconds"])
+}
+
+func snapshotTable(results []Result) string {
+	r := find(results, "snapshot")
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf("## Snapshot\n\n| | plane of %v objects, %v other planes taking writes |\n|---|---|\n"+
+		"| snapshot p50 / p90 / p99 | %.1f / %.1f / %.1f ms |\n"+
+		"| snapshot size | %.0f KiB (%.0f bytes per object) |\n"+
+		"| snapshots per second / busy writes per second | %.1f / %.0f |\n\n",
+		r.Params["objects"], r.Params["busyPlanes"], r.Figures["snapshot_p50_ms"], r.Figures["snapshot_p90_ms"], r.Figures["snapshot_p99_ms"],
+		r.Figures["snapshot_bytes"]/1024, r.Figures["snapshot_bytes_per_object"], r.Figures["snapshots_per_second"], r.Figures["busy_writes_per_second"])
 }
 
 func requestsTable(results []Result) string {

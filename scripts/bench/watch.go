@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 )
 
 type watchParams struct {
@@ -80,13 +81,17 @@ func fanOut(s *server, planes []string, n int, p watchParams) ([]time.Duration, 
 	// Bootstrap the planes and note where each one's history stands, so
 	// that the watches start after it and see only the writes below.
 	revisions := make(map[string]string, len(planes))
-	var mu sync.Mutex
-	if _, _, err := forEach(planes, p.Workers, func(ctx context.Context, plane string) error {
+	clients := make(map[string]*kubernetes.Clientset, len(planes))
+	for _, plane := range planes {
 		c, err := s.client(plane)
 		if err != nil {
-			return err
+			return nil, 0, 0, 0, err
 		}
-		l, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+		clients[plane] = c
+	}
+	var mu sync.Mutex
+	if _, _, err := forEach(planes, p.Workers, func(ctx context.Context, plane string) error {
+		l, err := clients[plane].CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -111,11 +116,7 @@ func fanOut(s *server, planes []string, n int, p watchParams) ([]time.Duration, 
 	if _, _, err := forEach(names, p.Workers, func(ctx context.Context, name string) error {
 		i, _ := strconv.Atoi(name)
 		plane := planes[i%len(planes)]
-		c, err := s.client(plane)
-		if err != nil {
-			return err
-		}
-		w, err := c.CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{
+		w, err := clients[plane].CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{
 			ResourceVersion: revisions[plane], LabelSelector: "bench=watch", AllowWatchBookmarks: false})
 		if err != nil {
 			return err
@@ -173,14 +174,10 @@ func fanOut(s *server, planes []string, n int, p watchParams) ([]time.Duration, 
 		i := strings.LastIndexByte(write, '/')
 		plane := write[:i]
 		k, _ := strconv.Atoi(write[i+1:])
-		c, err := s.client(plane)
-		if err != nil {
-			return err
-		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("watched-%d", k),
 			Labels:      map[string]string{"bench": "watch"},
 			Annotations: map[string]string{writtenAt: strconv.FormatInt(time.Now().UnixNano(), 10)}}}
-		_, err = c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		_, err := clients[plane].CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("writing: %w", err)
