@@ -70,14 +70,14 @@ func main() {
 	}
 	stop := cleanupOnSignal()
 	defer stop()
-	fail := func(err error) { stop(); fail(err) }
+	exit := func(err error) { stop(); fail(err) }
 	if side.Quick {
 		side.applyQuick()
 		*planes, *cycles, *fleetReplicas = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
-			fail(err)
+			exit(err)
 		}
 		return
 	}
@@ -89,6 +89,7 @@ func main() {
 	}
 	for _, scenario := range strings.Split(*scenarios, ",") {
 		var res Result
+		var results []Result
 		var err error
 		switch scenario {
 		case "density":
@@ -104,24 +105,25 @@ func main() {
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		default:
-			var results []Result
 			results, err = side.run(scenario, bin, *workers, *configmaps, *bootstrap)
-			if err == nil {
-				for _, r := range results {
-					report.Results = append(report.Results, r)
-					printResult(r)
-				}
-				continue
-			}
 		}
 		if err != nil {
-			fail(err)
+			// Keep what the scenarios before this one measured.
+			if len(report.Results) > 0 {
+				_ = writeReport(*out, report)
+			}
+			exit(fmt.Errorf("%s: %w", scenario, err))
 		}
-		report.Results = append(report.Results, res)
-		printResult(res)
+		if results == nil {
+			results = []Result{res}
+		}
+		for _, r := range results {
+			report.Results = append(report.Results, r)
+			printResult(r)
+		}
 	}
 	if err := writeReport(*out, report); err != nil {
-		fail(err)
+		exit(err)
 	}
 }
 
