@@ -74,6 +74,7 @@ func main() {
 	if side.Quick {
 		side.applyQuick()
 		*planes, *cycles, *fleetReplicas = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10)
+		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {

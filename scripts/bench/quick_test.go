@@ -40,7 +40,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fleet: %v", err)
 	}
-	report.Results = append(report.Results, fleet)
+	snapshot, err := snapshotScenario(binary, snapshotParams{Objects: 50, BusyPlanes: 3, BusyRate: 20, Calls: 20})
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -56,7 +60,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {
@@ -79,7 +83,7 @@ func TestQuickBench(t *testing.T) {
 		t.Errorf("the baseline ran but results.json holds no comparison")
 	}
 
-	plots := []string{"density.png", "create-latency.png", "requests-throughput.png", "requests-p99.png", "watch.png", "fleet.png"}
+	plots := []string{"density.png", "create-latency.png", "requests-throughput.png", "requests-p99.png", "watch.png", "fleet.png", "snapshot.png"}
 	if baselineRan {
 		plots = append(plots, "baseline-density.png", "baseline-ready.png")
 	}
@@ -87,7 +91,7 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, section := range []string{"planes per GiB", "## Density curve", "## Request overhead", "## Watch fan-out", "### fleet"} {
+	for _, section := range []string{"planes per GiB", "## Density curve", "## Request overhead", "## Watch fan-out", "## Fleet", "## Snapshot"} {
 		if !strings.Contains(string(md), section) {
 			t.Errorf("results.md has no %q", section)
 		}
