@@ -94,11 +94,13 @@ func withComparison(results []Result) []Result {
 		return kept
 	}
 	figures := map[string]float64{"baseline_planes_per_gib": base.Figures["planes_per_gib"]}
+	params := map[string]any{"baselineInstances": base.Params["instances"]}
 	for _, ds := range []string{"sqlite", "etcd"} {
 		c := find(kept, "curve", "datastore", ds)
 		if c == nil || c.Figures["marginal_rss_mib_per_plane"] <= 0 {
 			continue
 		}
+		params["kplaneBootstrap"] = c.Params["bootstrap"]
 		perGiB := 1024 / c.Figures["marginal_rss_mib_per_plane"]
 		figures["kplane_"+ds+"_planes_per_gib"] = perGiB
 		figures["kplane_"+ds+"_density_ratio"] = perGiB / base.Figures["planes_per_gib"]
@@ -111,9 +113,10 @@ func withComparison(results []Result) []Result {
 	}
 	return append(kept, Result{
 		Scenario: "comparison",
-		Params:   map[string]any{"baselineInstances": base.Params["instances"]},
+		Params:   params,
 		Figures:  figures,
 		Notes: []string{
+			"A kplane plane starts with the RBAC of its --plane-bootstrap (kplaneBootstrap); a kube-apiserver writes the whole upstream bootstrap policy.",
 			"planes per GiB: kplane = 1024 / marginal RSS per plane of the curve; baseline = 1024 / (kube-apiserver RSS + etcd RSS / instances).",
 			"density_ratio_with_fixed_cost divides by kplane's whole RSS over its planes at the last step instead of the marginal.",
 			"ready_speedup: kube-apiserver start-to-ready (mean) over kplane's new-plane create-to-ready p50.",
