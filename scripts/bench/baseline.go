@@ -60,6 +60,8 @@ func baseline(p baselineParams) (Result, error) {
 	defer stopProcess(etcdProc)
 	const mib = 1 << 20
 	figures := map[string]float64{"instances": float64(p.Instances)}
+	// etcd allocates its caches in the first moments after it reports
+	// healthy.
 	time.Sleep(2 * time.Second)
 	if figures["etcd_rss_idle_mib"], err = processRSS(etcdProc.Process.Pid); err != nil {
 		return Result{}, err

@@ -38,7 +38,7 @@ func densityCurve(binary string, p curveParams) (Result, error) {
 	figures := map[string]float64{"server_ready_seconds": s.ready.Seconds()}
 	var all []time.Duration
 	var creating time.Duration
-	var rss0 float64
+	var rss0, heap0 float64
 	created := 0
 	for _, step := range steps {
 		if step > created {
@@ -55,13 +55,13 @@ func densityCurve(binary string, p curveParams) (Result, error) {
 			return Result{}, err
 		}
 		if step == steps[0] {
-			rss0 = rss
+			rss0, heap0 = rss, heap
 		}
 		figures[fmt.Sprintf("rss_mib_at_%d", step)] = rss / mib
 		figures[fmt.Sprintf("heap_inuse_mib_at_%d", step)] = heap / mib
 		if step > steps[0] {
 			figures["marginal_rss_mib_per_plane"] = (rss - rss0) / mib / float64(step-steps[0])
-			figures["marginal_heap_mib_per_plane"] = (heap - figures[fmt.Sprintf("heap_inuse_mib_at_%d", steps[0])]*mib) / mib / float64(step-steps[0])
+			figures["marginal_heap_mib_per_plane"] = (heap - heap0) / mib / float64(step-steps[0])
 			figures["rss_mib_per_plane_total"] = rss / mib / float64(step)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -163,17 +162,15 @@ func fanOut(s *server, planes []string, n int, p watchParams) ([]time.Duration, 
 		return nil, 0, 0, 0, err
 	}
 
-	writes := make([]string, 0, len(planes)*p.Writes)
-	for k := 0; k < p.Writes; k++ {
-		for _, plane := range planes {
-			writes = append(writes, fmt.Sprintf("%s/%d", plane, k))
-		}
+	// Write k of every plane before write k+1 of any.
+	writes := make([]string, len(planes)*p.Writes)
+	for i := range writes {
+		writes[i] = strconv.Itoa(i)
 	}
 	began := time.Now()
 	if _, _, err := forEach(writes, p.Workers, func(ctx context.Context, write string) error {
-		i := strings.LastIndexByte(write, '/')
-		plane := write[:i]
-		k, _ := strconv.Atoi(write[i+1:])
+		i, _ := strconv.Atoi(write)
+		plane, k := planes[i%len(planes)], i/len(planes)
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("watched-%d", k),
 			Labels:      map[string]string{"bench": "watch"},
 			Annotations: map[string]string{writtenAt: strconv.FormatInt(time.Now().UnixNano(), 10)}}}
