@@ -82,6 +82,7 @@ func baseline(p baselineParams) (Result, error) {
 			return Result{}, err
 		}
 		servers = append(servers, s)
+		figures[fmt.Sprintf("instance_%d_start_to_ready_seconds", i)] = s.ready.Seconds()
 		readySum += s.ready.Seconds()
 		readyMax = max(readyMax, s.ready.Seconds())
 		if version == "" {
@@ -94,6 +95,7 @@ func baseline(p baselineParams) (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("kube-apiserver %d: %w", i, err)
 		}
+		figures[fmt.Sprintf("instance_%d_rss_mib", i)] = rss / mib
 		rssSum += rss
 		heapSum += heap
 		if i == 0 || rss < rssMin {
