@@ -456,13 +456,23 @@ func testAdminToken(t *testing.T, s *framework.Server, bin string) {
 
 	// The token file already holds another admin token: a server started
 	// with a different --admin-token refuses to start instead of ignoring it.
+	// It gets a copy of the token file in a data dir of its own, as the
+	// running server holds the lock of s.DataDir.
 	port, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens, err := os.ReadFile(filepath.Join(s.DataDir, "tokens.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := t.TempDir()
+	if err := os.WriteFile(filepath.Join(copied, "tokens.csv"), tokens, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, bin, "server", "--data-dir", s.DataDir, "--https-port", strconv.Itoa(port),
+	cmd := exec.CommandContext(runCtx, bin, "server", "--data-dir", copied, "--https-port", strconv.Itoa(port),
 		"--admin-token", "ci-ffffffffffffffffffffffffffffffff")
 	startOut, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(startOut), "--admin-token") {
