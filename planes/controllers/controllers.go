@@ -62,7 +62,8 @@ func New(config Config) (*Controllers, error) {
 		return nil, err
 	}
 	h := newHub(config.Storage, nil)
-	collector, err := gc.New(gc.Config{Client: client, Storage: config.Storage, Resolver: resolver, Synced: h.synced})
+	collector, err := gc.New(gc.Config{Client: client, Storage: config.Storage, Resolver: resolver, Synced: h.synced,
+		CustomResources: config.CustomResources})
 	if err != nil {
 		return nil, fmt.Errorf("garbage collector: %w", err)
 	}

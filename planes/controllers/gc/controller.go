@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -41,6 +40,10 @@ type Config struct {
 	Client   *rest.Config
 	Storage  *planestorage.Registry
 	Resolver Resolver
+	// CustomResources builds the storage of a plane's CRDs.
+	CustomResources interface {
+		EnsureStorages(ctx context.Context, plane string) error
+	}
 	// Synced is closed once the graph has seen every object that existed
 	// at start; nothing is collected before.
 	Synced  <-chan struct{}
@@ -68,19 +71,7 @@ type Collector struct {
 	graph  *graph
 	client metadata.Interface
 	queue  workqueue.TypedRateLimitingInterface[task]
-
-	// deleting holds when the collector first saw each owner that waits
-	// for it (orphan or foreground finalizer), to give the graph time to
-	// learn of dependents written just before the owner's deletion: every
-	// resource is followed by its own watch, so their events arrive in no
-	// particular order across resources.
-	mu       sync.Mutex
-	deleting map[uidKey]time.Time
 }
-
-// graphSettle is how long an owner's deletion waits for the graph before
-// its dependents are released or it is let go.
-const graphSettle = time.Second
 
 // New returns a collector; Run starts it.
 func New(config Config) (*Collector, error) {
@@ -91,7 +82,7 @@ func New(config Config) (*Collector, error) {
 	if config.Workers <= 0 {
 		config.Workers = 4
 	}
-	return &Collector{config: config, graph: newGraph(), client: client, deleting: map[uidKey]time.Time{},
+	return &Collector{config: config, graph: newGraph(), client: client,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[task](),
 			workqueue.TypedRateLimitingQueueConfig[task]{Name: "kplane_garbage_collector"})}, nil
 }
@@ -130,7 +121,6 @@ func (c *Collector) Delete(_ schema.GroupResource, obj runtime.Object) {
 		return
 	}
 	plane, uid := planes.OfObject(obj), accessor.GetUID()
-	c.settled(uidKey{plane, uid})
 	if n := c.graph.remove(plane, uid); n != nil {
 		c.ownersChanged(n)
 	}
@@ -158,16 +148,7 @@ func (c *Collector) ownersChanged(n *node) {
 }
 
 // ForgetPlane drops what the collector holds for a deleted plane.
-func (c *Collector) ForgetPlane(plane string) {
-	c.graph.forgetPlane(plane)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for key := range c.deleting {
-		if key.plane == plane {
-			delete(c.deleting, key)
-		}
-	}
-}
+func (c *Collector) ForgetPlane(plane string) { c.graph.forgetPlane(plane) }
 
 // Run collects until ctx is done.
 func (c *Collector) Run(ctx context.Context) {
@@ -337,29 +318,29 @@ func (c *Collector) locate(ctx context.Context, dependent object, ref metav1.Own
 
 func (c *Collector) processOwner(ctx context.Context, o object) error {
 	current, err := c.cached(ctx, o)
-	key := uidKey{o.plane, o.uid}
 	if err != nil || current == nil || current.GetUID() != o.uid || current.GetDeletionTimestamp() == nil {
-		if err == nil {
-			c.settled(key)
-		}
 		return err
-	}
-	if wait := c.settleFor(key); wait > 0 {
-		c.queue.AddAfter(task{op: owner, object: o}, wait)
-		return nil
 	}
 	fins := current.GetFinalizers()
 	switch {
 	case slices.Contains(fins, metav1.FinalizerOrphanDependents):
-		for _, d := range c.graph.dependentsOf(o.plane, o.uid) {
+		deps, err := c.dependents(ctx, o)
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
 			if err := c.removeOwnerRefs(ctx, d.object, []types.UID{o.uid}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
 		}
 		return c.removeFinalizer(ctx, o, metav1.FinalizerOrphanDependents)
 	case slices.Contains(fins, metav1.FinalizerDeleteDependents):
+		deps, err := c.dependents(ctx, o)
+		if err != nil {
+			return err
+		}
 		blocking := 0
-		for _, d := range c.graph.dependentsOf(o.plane, o.uid) {
+		for _, d := range deps {
 			for _, ref := range d.owners {
 				if ref.UID == o.uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
 					blocking++
@@ -376,23 +357,57 @@ func (c *Collector) processOwner(ctx context.Context, o object) error {
 	return nil
 }
 
-// settleFor returns how much longer the owner key must wait for the graph.
-func (c *Collector) settleFor(key uidKey) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	first, ok := c.deleting[key]
-	if !ok {
-		c.deleting[key] = time.Now()
-		return graphSettle
+// dependents returns the objects that name owner o: those in the graph,
+// and those a consistent read of every resource of o's plane (and
+// namespace) finds. The graph learns of objects through one watch per
+// resource, in no order across resources, so a dependent written just
+// before its owner's deletion may not be in it yet; releasing an owner
+// (orphan) or letting it go (foreground) is final, and rare enough to pay
+// for the read.
+func (c *Collector) dependents(ctx context.Context, o object) ([]*node, error) {
+	byUID := map[types.UID]*node{}
+	for _, n := range c.graph.dependentsOf(o.plane, o.uid) {
+		byUID[n.uid] = n
 	}
-	return graphSettle - time.Since(first)
-}
-
-// settled forgets an owner that is gone.
-func (c *Collector) settled(key uidKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.deleting, key)
+	if c.config.CustomResources != nil {
+		if err := c.config.CustomResources.EnsureStorages(ctx, o.plane); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range c.config.Storage.Stores() {
+		key := s.ResourcePrefix()
+		if o.namespace != "" {
+			// Only objects of its namespace can name a namespaced owner.
+			key += "/" + o.namespace
+		}
+		list := s.NewList()
+		if err := s.GetList(ctx, key, storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
+			return nil, fmt.Errorf("listing %s for dependents of %s: %w", s.Resource(), o.name, err)
+		}
+		err := meta.EachListItem(list, func(obj runtime.Object) error {
+			accessor, err := meta.Accessor(obj)
+			if err != nil {
+				return nil
+			}
+			refs := accessor.GetOwnerReferences()
+			for _, ref := range refs {
+				if ref.UID == o.uid {
+					byUID[accessor.GetUID()] = &node{object: object{plane: o.plane, resource: s.Resource(),
+						namespace: accessor.GetNamespace(), name: accessor.GetName(), uid: accessor.GetUID()}, owners: slices.Clone(refs)}
+					break
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*node, 0, len(byUID))
+	for _, n := range byUID {
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // cached reads o from the shared watch cache; nil when it is not there.
