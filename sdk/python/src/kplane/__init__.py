@@ -33,6 +33,7 @@ from .errors import (  # noqa: E402
     UnauthorizedError,
     WaitTimeoutError,
 )
+from . import openapi  # noqa: E402,F401
 from .kubeconfig import KubeconfigError  # noqa: E402
 from .models import (  # noqa: E402
     Condition,

@@ -179,7 +179,7 @@ class Client:
         return PlaneInfo.from_dict(self.request("GET", f"{_PLANES}/{urllib.parse.quote(id, safe='')}"))
 
     def list_planes(self, label_selector: str | None = None) -> list[PlaneInfo]:
-        """Every Plane (the root plane has none), optionally selected by label."""
+        """Every Plane (the root plane included), optionally selected by label."""
         return [PlaneInfo.from_dict(p) for p in self._list(_PLANES, label_selector)]
 
     def delete_plane(self, id: str, wait: bool = False, timeout: float | None = 60.0) -> None:
