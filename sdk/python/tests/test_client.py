@@ -6,9 +6,11 @@ import json
 import os
 import re
 import ssl
+import sys
 import time
 import unittest
 import urllib.request
+from unittest import mock
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -68,6 +70,13 @@ class ConnectTest(ServerTestCase):
         self.assertEqual(c.url, SERVER.url)
         self.assertIsNone(c.default_plane)
         self.assertIn("root", [p.name for p in c.list_planes()])
+        # The same without PyYAML, with the SDK's own reader.
+        with mock.patch.dict(sys.modules, {"yaml": None}):
+            with kplane.Client.from_kubeconfig(SERVER.kubeconfig) as c2:
+                self.assertEqual(c2.url, SERVER.url)
+                self.assertTrue(c2.plane(kplane.ROOT).is_ready())
+            with kplane.Client.from_kubeconfig(SERVER.kubeconfig_for(unique("kcm"))) as c3:
+                self.assertIsNotNone(c3.default_plane)
         with self.assertRaisesRegex(KubeconfigError, "no context named 'nope'"):
             kplane.Client.from_kubeconfig(SERVER.kubeconfig, context="nope")
 
@@ -139,7 +148,13 @@ class PlanesTest(ServerTestCase):
         self.assertIsInstance(plane, kplane.Plane)
         self.assertEqual(plane.name, name)
         plane.wait_until_ready(timeout=30)
-        info = plane.info()
+        # The Plane's status follows readiness shortly after.
+        def ready_info():
+            info = plane.info()
+            return info if info.phase == "Ready" and info.object_count else None
+
+        info = eventually(ready_info)
+        self.assertIsNotNone(info, plane.info())
         self.assertEqual((info.name, info.phase, info.labels.get("team")), (name, "Ready", "sdk"))
         self.assertGreater(info.object_count, 0)
         self.assertIsInstance(info.bootstrapped_at, datetime)
@@ -181,7 +196,7 @@ class PlanesTest(ServerTestCase):
         plane = self.client.plane(unique("lazy"))
         self.client.request("GET", plane.path("/api/v1/namespaces"))
         plane.wait_until_ready(timeout=30)
-        self.assertEqual(plane.info().phase, "Ready")
+        self.assertTrue(eventually(lambda: plane.info().phase == "Ready"))
 
     def test_invalid_ids(self) -> None:
         for bad in ("Bad_ID", "", "-x", "a" * 64, "a.b"):

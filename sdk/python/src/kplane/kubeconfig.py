@@ -190,8 +190,12 @@ class _MiniYAML:
             ind, text, number = self.lines[self.pos]
             if ind < indent:
                 break
-            if ind > indent or not (text == "-" or text.startswith("- ")):
+            if not (text == "-" or text.startswith("- ")):
+                if ind == indent:
+                    break  # the next key of the mapping this sequence is a value of
                 self.fail(number, "expected a sequence item")
+            if ind > indent:
+                self.fail(number, "unexpected indentation")
             rest = text[1:].strip()
             if not rest:
                 self.pos += 1
