@@ -291,7 +291,13 @@ class SnapshotTest(ServerTestCase):
     def test_watch_state(self) -> None:
         plane = self.client.plane(unique("watch"))
         create_configmap(plane, "before")
-        snap = plane.state(resource="configmaps")
+
+        def with_before():
+            snap = plane.state(resource="configmaps")
+            cms = snap.by_resource("configmaps")
+            return snap if cms and "default/before" in cms.names() else None
+
+        snap = eventually(with_before)
         seen: list[tuple[str, str]] = []
         with plane.watch_state(snap.resource_version, resource="configmaps", timeout_seconds=30) as watch:
             self.assertIsInstance(watch, kplane.StateWatch)
