@@ -333,6 +333,17 @@ class SnapshotTest(ServerTestCase):
         self.assertLess(time.monotonic() - start, 10)
         self.assertIn("one", [e.name for e in events])
 
+    def test_watch_read_timeout(self) -> None:
+        plane = self.client.plane(unique("quiet"))
+        # Nothing writes deployments in this plane: the stream stays silent.
+        snap = plane.state(resource="deployments.apps", include_empty=True)
+        with plane.watch_state(snap.resource_version, resource="deployments.apps", read_timeout=0.3) as watch:
+            start = time.monotonic()
+            with self.assertRaisesRegex(kplane.TransportError, "timed out"):
+                for event in watch:
+                    self.assertEqual(event.type, "BOOKMARK")
+            self.assertLess(time.monotonic() - start, 10)
+
     def test_watch_too_old(self) -> None:
         plane = self.client.plane(unique("old"))
         create_configmap(plane, "x")

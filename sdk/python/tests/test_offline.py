@@ -133,6 +133,12 @@ class KubeconfigTest(unittest.TestCase):
             kubeconfig.resolve(self.write("apiVersion: v1\nkind: Config\n"))
         with self.assertRaisesRegex(kubeconfig.KubeconfigError, "reading kubeconfig"):
             kubeconfig.resolve("/nonexistent/kubeconfig")
+        exec_user = self.write(
+            '{"clusters":[{"name":"c","cluster":{"server":"https://h:1"}}],"users":[{"name":"u","user":{"exec":{"command":"x"}}}],'
+            '"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}'
+        )
+        with self.assertRaisesRegex(kubeconfig.KubeconfigError, "authenticates with exec"):
+            kubeconfig.resolve(exec_user)
         with self.assertRaisesRegex(kubeconfig.KubeconfigError, "line 2"):
             kubeconfig._MiniYAML("a: 1\n   b: 2\n", "x").parse()
 

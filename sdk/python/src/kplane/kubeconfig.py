@@ -94,6 +94,12 @@ def resolve(path: str | None = None, context: str | None = None) -> Credentials:
         creds.ca_data = _b64(cluster["certificate-authority-data"], path)
     elif cluster.get("certificate-authority"):
         creds.ca_file = _rel(base_dir, cluster["certificate-authority"])
+    for unsupported in ("exec", "auth-provider"):
+        if user.get(unsupported) and not (user.get("token") or user.get("tokenFile") or user.get("client-certificate") or user.get("client-certificate-data")):
+            raise KubeconfigError(
+                f"kubeconfig {path}: user {ctx.get('user')!r} authenticates with {unsupported}, which this SDK does not run; "
+                "pass Client(url, token=...) instead"
+            )
     if user.get("token"):
         creds.token = str(user["token"])
     elif user.get("tokenFile"):
