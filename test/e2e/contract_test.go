@@ -15,9 +15,9 @@ import (
 	"kplane.dev/kplane/manifests/contract"
 )
 
-// adminDo sends an admin request to the shared server and returns the
+// contractDo sends an admin request to the shared server and returns the
 // status code and body.
-func adminDo(t *testing.T, method, url string, body any) (int, []byte) {
+func contractDo(t *testing.T, method, url string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -103,11 +103,11 @@ func TestContractServedWithoutCredentials(t *testing.T) {
 		t.Errorf("bad token: %d, want 401", resp.StatusCode)
 	}
 	// The contract describes the server, not a plane.
-	code, body := adminDo(t, http.MethodGet, shared.PlaneURL(uniquePlane(t, "contract"))+"/openapi/kplane.json", nil)
+	code, body := contractDo(t, http.MethodGet, shared.PlaneURL(uniquePlane(t, "contract"))+"/openapi/kplane.json", nil)
 	if code != http.StatusNotFound {
 		t.Errorf("plane-scoped contract: %d %.200s, want 404", code, body)
 	}
-	code, _ = adminDo(t, http.MethodPost, shared.URL+"/openapi/kplane.json", map[string]string{})
+	code, _ = contractDo(t, http.MethodPost, shared.URL+"/openapi/kplane.json", map[string]string{})
 	if code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /openapi/kplane.json: %d, want 405", code)
 	}
@@ -118,25 +118,25 @@ func TestContractPlaneResponses(t *testing.T) {
 	plane := uniquePlane(t, "contract-plane")
 	planes := shared.URL + "/apis/kplane.dev/v1/planes"
 
-	code, body := adminDo(t, http.MethodPost, planes, map[string]any{
+	code, body := contractDo(t, http.MethodPost, planes, map[string]any{
 		"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": plane},
 	})
 	if code != http.StatusCreated {
 		t.Fatalf("create Plane: %d %s", code, body)
 	}
 	mustValidate(t, doc, "Plane", "created Plane", body)
-	waitFor(t, 30*time.Second, func() bool {
-		code, body = adminDo(t, http.MethodGet, planes+"/"+plane, nil)
+	contractWaitFor(t, 30*time.Second, func() bool {
+		code, body = contractDo(t, http.MethodGet, planes+"/"+plane, nil)
 		return code == http.StatusOK && strings.Contains(string(body), `"phase":"Ready"`)
 	})
 	mustValidate(t, doc, "Plane", "ready Plane", body)
-	code, body = adminDo(t, http.MethodGet, planes, nil)
+	code, body = contractDo(t, http.MethodGet, planes, nil)
 	if code != http.StatusOK {
 		t.Fatalf("list Planes: %d %s", code, body)
 	}
 	mustValidate(t, doc, "PlaneList", "PlaneList", body)
 
-	code, body = adminDo(t, http.MethodGet, shared.PlaneURL(plane)+"/readyz", nil)
+	code, body = contractDo(t, http.MethodGet, shared.PlaneURL(plane)+"/readyz", nil)
 	if code != http.StatusOK || string(body) != "ok" {
 		t.Errorf("readyz: %d %s", code, body)
 	}
@@ -149,14 +149,14 @@ func TestContractPlaneResponses(t *testing.T) {
 		if req[0] == http.MethodPost {
 			body = map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": "Not_A_Plane"}}
 		}
-		code, data := adminDo(t, req[0], req[1], body)
+		code, data := contractDo(t, req[0], req[1], body)
 		if code < 400 {
 			t.Errorf("%s: %d, want an error", what, code)
 		}
 		mustValidate(t, doc, "Status", what, data)
 	}
 
-	code, body = adminDo(t, http.MethodDelete, planes+"/"+plane, nil)
+	code, body = contractDo(t, http.MethodDelete, planes+"/"+plane, nil)
 	if code != http.StatusOK && code != http.StatusAccepted {
 		t.Fatalf("delete Plane: %d %s", code, body)
 	}
@@ -168,7 +168,7 @@ func TestContractPlaneResponses(t *testing.T) {
 // snapshotServed: a ready root plane answering 404 on /snapshot has no
 // snapshot endpoint.
 func snapshotServed(t *testing.T) bool {
-	code, body := adminDo(t, http.MethodGet, shared.URL+"/snapshot?resource=namespaces", nil)
+	code, body := contractDo(t, http.MethodGet, shared.URL+"/snapshot?resource=namespaces", nil)
 	if code == http.StatusNotFound {
 		return false
 	}
@@ -185,32 +185,32 @@ func TestContractSnapshotResponses(t *testing.T) {
 	doc := servedContract(t)
 	plane := uniquePlane(t, "contract-snap")
 	base := shared.PlaneURL(plane)
-	code, body := adminDo(t, http.MethodPost, base+"/api/v1/namespaces/default/configmaps", map[string]any{
+	code, body := contractDo(t, http.MethodPost, base+"/api/v1/namespaces/default/configmaps", map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c"}, "data": map[string]string{"k": "v"},
 	})
 	if code != http.StatusCreated {
 		t.Fatalf("create configmap: %d %s", code, body)
 	}
 	for _, query := range []string{"", "?includeEmpty=true", "?resource=configmaps,apps/deployments&includeEmpty=true", "?warm=true&namespace=default"} {
-		code, body := adminDo(t, http.MethodGet, base+"/snapshot"+query, nil)
+		code, body := contractDo(t, http.MethodGet, base+"/snapshot"+query, nil)
 		if code != http.StatusOK {
 			t.Fatalf("snapshot%s: %d %s", query, code, body)
 		}
 		mustValidate(t, doc, "Snapshot", "snapshot"+query, body)
 	}
-	code, body = adminDo(t, http.MethodGet, shared.URL+"/snapshot?resource=namespaces", nil)
+	code, body = contractDo(t, http.MethodGet, shared.URL+"/snapshot?resource=namespaces", nil)
 	mustValidate(t, doc, "Snapshot", "root snapshot", body)
 
 	var snap struct {
 		ResourceVersion string `json:"resourceVersion"`
 	}
-	code, body = adminDo(t, http.MethodGet, base+"/snapshot?resource=configmaps", nil)
+	code, body = contractDo(t, http.MethodGet, base+"/snapshot?resource=configmaps", nil)
 	if err := json.Unmarshal(body, &snap); err != nil || code != http.StatusOK {
 		t.Fatalf("snapshot: %d %v %s", code, err, body)
 	}
 	// The stream from scratch starts with the current state; every line is
 	// a SnapshotEvent.
-	code, body = adminDo(t, http.MethodGet, base+"/snapshot?watch=true&resource=configmaps&timeoutSeconds=1", nil)
+	code, body = contractDo(t, http.MethodGet, base+"/snapshot?watch=true&resource=configmaps&timeoutSeconds=1", nil)
 	if code != http.StatusOK {
 		t.Fatalf("delta stream: %d %s", code, body)
 	}
@@ -227,7 +227,7 @@ func TestContractSnapshotResponses(t *testing.T) {
 		"bad bool":         "?includeEmpty=maybe",
 		"too old":          "?watch=true&resourceVersion=1&resource=configmaps",
 	} {
-		code, body := adminDo(t, http.MethodGet, base+"/snapshot"+query, nil)
+		code, body := contractDo(t, http.MethodGet, base+"/snapshot"+query, nil)
 		if code < 400 {
 			t.Errorf("%s: %d, want an error", what, code)
 		}
@@ -237,7 +237,7 @@ func TestContractSnapshotResponses(t *testing.T) {
 
 // fleetsServed: discovery of kplane.dev/v1 lists fleets.
 func fleetsServed(t *testing.T) bool {
-	code, body := adminDo(t, http.MethodGet, shared.URL+"/apis/kplane.dev/v1", nil)
+	code, body := contractDo(t, http.MethodGet, shared.URL+"/apis/kplane.dev/v1", nil)
 	if code != http.StatusOK {
 		t.Fatalf("discovery of kplane.dev/v1: %d %s", code, body)
 	}
@@ -264,7 +264,7 @@ func TestContractFleetResponses(t *testing.T) {
 	doc := servedContract(t)
 	name := uniquePlane(t, "contract-fleet")
 	fleets := shared.URL + "/apis/kplane.dev/v1/fleets"
-	code, body := adminDo(t, http.MethodPost, fleets, map[string]any{
+	code, body := contractDo(t, http.MethodPost, fleets, map[string]any{
 		"apiVersion": "kplane.dev/v1", "kind": "Fleet", "metadata": map[string]any{"name": name},
 		"spec": map[string]any{"replicas": 2, "deletionPolicy": "Delete"},
 	})
@@ -272,16 +272,16 @@ func TestContractFleetResponses(t *testing.T) {
 		t.Fatalf("create Fleet: %d %s", code, body)
 	}
 	mustValidate(t, doc, "Fleet", "created Fleet", body)
-	t.Cleanup(func() { adminDo(t, http.MethodDelete, fleets+"/"+name, nil) })
-	waitFor(t, 60*time.Second, func() bool {
-		code, body = adminDo(t, http.MethodGet, fleets+"/"+name, nil)
+	t.Cleanup(func() { contractDo(t, http.MethodDelete, fleets+"/"+name, nil) })
+	contractWaitFor(t, 60*time.Second, func() bool {
+		code, body = contractDo(t, http.MethodGet, fleets+"/"+name, nil)
 		return code == http.StatusOK && strings.Contains(string(body), `"readyReplicas":2`)
 	})
 	mustValidate(t, doc, "Fleet", "ready Fleet", body)
-	code, body = adminDo(t, http.MethodGet, fleets+"?labelSelector="+url.QueryEscape("a!=b"), nil)
+	code, body = contractDo(t, http.MethodGet, fleets+"?labelSelector="+url.QueryEscape("a!=b"), nil)
 	mustValidate(t, doc, "FleetList", "FleetList", body)
 
-	code, body = adminDo(t, http.MethodPost, fleets, map[string]any{
+	code, body = contractDo(t, http.MethodPost, fleets, map[string]any{
 		"apiVersion": "kplane.dev/v1", "kind": "Fleet", "metadata": map[string]any{"name": uniquePlane(t, "bad-fleet")},
 		"spec": map[string]any{"replicas": 2, "names": []string{"a"}},
 	})
@@ -290,7 +290,7 @@ func TestContractFleetResponses(t *testing.T) {
 	}
 	mustValidate(t, doc, "Status", "invalid Fleet", body)
 
-	code, body = adminDo(t, http.MethodDelete, fleets+"/"+name, nil)
+	code, body = contractDo(t, http.MethodDelete, fleets+"/"+name, nil)
 	if code != http.StatusOK && code != http.StatusAccepted {
 		t.Fatalf("delete Fleet: %d %s", code, body)
 	}
@@ -299,7 +299,7 @@ func TestContractFleetResponses(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+func contractWaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
