@@ -191,7 +191,7 @@ func TestContractSnapshotResponses(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create configmap: %d %s", code, body)
 	}
-	for _, query := range []string{"", "?includeEmpty=true", "?resource=configmaps,apps/deployments&includeEmpty=true", "?warm=true&namespace=default"} {
+	for _, query := range []string{"", "?includeEmpty=true", "?resource=apps/deployments", "?resource=configmaps,apps/deployments&includeEmpty=true", "?warm=true&namespace=default"} {
 		code, body := contractDo(t, http.MethodGet, base+"/snapshot"+query, nil)
 		if code != http.StatusOK {
 			t.Fatalf("snapshot%s: %d %s", query, code, body)
