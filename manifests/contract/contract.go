@@ -92,7 +92,8 @@ func (d *Document) Validate(name string, body []byte) error {
 		return fmt.Errorf("not JSON: %w", err)
 	}
 	if err := s.Validate(v); err != nil {
-		return fmt.Errorf("does not validate as %s: %w", name, err)
+		// %#v lists every failing keyword with its instance location.
+		return fmt.Errorf("does not validate as %s: %#v", name, err)
 	}
 	return nil
 }
