@@ -51,6 +51,14 @@ class ModelsTest(unittest.TestCase):
         self.assertIsNone(snap.by_resource("deployments"))
         self.assertIsNone(snap.by_resource("configmaps"))
 
+    def test_state_events(self) -> None:
+        bookmark = kplane.StateEvent.from_dict({"type": "BOOKMARK", "resourceVersion": "67", "object": {"metadata": {"resourceVersion": "67"}}})
+        self.assertEqual((bookmark.type, bookmark.resource_version, bookmark.name), ("BOOKMARK", "67", ""))
+        added = kplane.StateEvent.from_dict(
+            {"type": "ADDED", "group": "apps", "resource": "deployments", "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w", "namespace": "d", "resourceVersion": "70"}}}
+        )
+        self.assertEqual((added.name, added.namespace, added.resource_version, added.group), ("w", "d", "70", "apps"))
+
     def test_status_of_plain_text(self) -> None:
         st = kplane.Status.from_response(503, b"plane x is not ready: pending", "Service Unavailable")
         self.assertEqual((st.code, st.reason, st.message), (503, "ServiceUnavailable", "plane x is not ready: pending"))
