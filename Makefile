@@ -1,6 +1,7 @@
 # kplane: one static binary, thousands of Kubernetes control planes.
 
 GO          ?= go
+PYTHON      ?= python3
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 K8S_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
 K8S_MINOR   := $(word 2,$(subst ., ,$(K8S_VERSION)))
@@ -18,7 +19,7 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e bench bench-quick vet clean release
+.PHONY: all build run test test-unit test-e2e test-sdk sdk-spec bench bench-quick vet clean release
 
 all: build
 
@@ -30,9 +31,10 @@ build:
 run: build
 	bin/kplane server --data-dir $(DATA_DIR)
 
-## test: the whole suite (unit + end-to-end against bin/kplane)
+## test: the whole suite (unit + end-to-end against bin/kplane, then the Python SDK's)
 test: build
 	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./...
+	KPLANE_BINARY=$(CURDIR)/bin/kplane $(PYTHON) -m unittest discover -s sdk/python/tests -t sdk/python/tests
 
 ## test-unit: unit tests only
 test-unit:
@@ -67,6 +69,14 @@ bench: build
 ## bench-quick: the same with tiny counts (a smoke test, about a minute), into bench/quick/
 bench-quick: build
 	$(GO) run ./scripts/bench --binary bin/kplane --quick --scenarios $(BENCH_SCENARIOS) --out bench/quick/results.json $(BENCH_FLAGS)
+
+## test-sdk: the Python SDK's tests (they start bin/kplane)
+test-sdk: build
+	KPLANE_BINARY=$(CURDIR)/bin/kplane $(PYTHON) -m unittest discover -s sdk/python/tests -t sdk/python/tests
+
+## sdk-spec: copy manifests/openapi/kplane.v1.yaml (and its JSON form) into the Python SDK
+sdk-spec:
+	KPLANE_UPDATE_SDK_SPEC=1 $(GO) test -count=1 -run TestSDKShipsTheContract ./manifests/
 
 vet:
 	$(GO) vet ./...

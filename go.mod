@@ -4,6 +4,7 @@ go 1.26.5
 
 require (
 	github.com/k3s-io/kine v0.17.5
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/sirupsen/logrus v1.10.2
 	github.com/urfave/cli/v2 v2.27.7
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3

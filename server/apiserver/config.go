@@ -339,6 +339,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := server.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}
+	if err := installContract(server.GenericAPIServer.Handler.NonGoRestfulMux, c.controlPlane.Generic.Serializer); err != nil {
+		return nil, fmt.Errorf("installing the API contract: %w", err)
+	}
 
 	customResources, err := c.installCRDs(server.GenericAPIServer)
 	if err != nil {

@@ -1,0 +1,482 @@
+"""The synchronous client against a real kplane server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+import sys
+import time
+import unittest
+import urllib.request
+from unittest import mock
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+from helpers import ServerTestCase, create_configmap, eventually, unique
+from server import REPO, start_for_module
+
+import kplane
+from kplane.kubeconfig import KubeconfigError
+
+SERVER = None
+
+
+def setUpModule() -> None:
+    global SERVER
+    SERVER = start_for_module(unittest.addModuleCleanup)
+    ServerTestCase.server = SERVER
+    ServerTestCase.client = kplane.Client(SERVER.url, token=SERVER.token, ca_file=SERVER.ca_file)
+    unittest.addModuleCleanup(ServerTestCase.client.close)
+
+
+class ConnectTest(ServerTestCase):
+    def test_token_and_ca(self) -> None:
+        names = [p.name for p in self.client.list_planes()]
+        self.assertIn("root", names)
+        self.assertEqual(self.client.url, SERVER.url)
+
+    def test_verify_tls_false(self) -> None:
+        with kplane.Client(SERVER.url, token=SERVER.token, verify_tls=False) as c:
+            self.assertTrue(c.plane(kplane.ROOT).is_ready())
+
+    def test_unknown_ca_is_refused(self) -> None:
+        with kplane.Client(SERVER.url, token=SERVER.token) as c:
+            with self.assertRaisesRegex(kplane.TransportError, "TLS verification failed"):
+                c.list_planes()
+
+    def test_bad_token(self) -> None:
+        with kplane.Client(SERVER.url, token="not-a-token", ca_file=SERVER.ca_file) as c:
+            with self.assertRaises(kplane.UnauthorizedError) as err:
+                c.list_planes()
+            self.assertIsInstance(err.exception, kplane.ApiError)
+            self.assertEqual(err.exception.code, 401)
+            self.assertEqual(err.exception.reason, "Unauthorized")
+            self.assertEqual(err.exception.status.raw.get("kind"), "Status")
+            with self.assertRaises(kplane.UnauthorizedError):
+                c.plane("anything").state()
+
+    def test_no_server(self) -> None:
+        from server import free_port
+
+        with kplane.Client(f"https://127.0.0.1:{free_port()}", token="x", verify_tls=False, timeout=2) as c:
+            with self.assertRaises(kplane.TransportError):
+                c.list_planes()
+
+    def test_from_kubeconfig(self) -> None:
+        c = kplane.Client.from_kubeconfig(SERVER.kubeconfig)
+        self.addCleanup(c.close)
+        self.assertEqual(c.url, SERVER.url)
+        self.assertIsNone(c.default_plane)
+        self.assertIn("root", [p.name for p in c.list_planes()])
+        # The same without PyYAML, with the SDK's own reader.
+        with mock.patch.dict(sys.modules, {"yaml": None}):
+            with kplane.Client.from_kubeconfig(SERVER.kubeconfig) as c2:
+                self.assertEqual(c2.url, SERVER.url)
+                self.assertTrue(c2.plane(kplane.ROOT).is_ready())
+            with kplane.Client.from_kubeconfig(SERVER.kubeconfig_for(unique("kcm"))) as c3:
+                self.assertIsNotNone(c3.default_plane)
+        with self.assertRaisesRegex(KubeconfigError, "no context named 'nope'"):
+            kplane.Client.from_kubeconfig(SERVER.kubeconfig, context="nope")
+
+    def test_from_kubeconfig_env_and_context(self) -> None:
+        old = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = SERVER.kubeconfig
+        self.addCleanup(lambda: os.environ.pop("KUBECONFIG") if old is None else os.environ.__setitem__("KUBECONFIG", old))
+        with open(SERVER.kubeconfig) as f:
+            current = re.search(r"^current-context: *(\S+)", f.read(), re.M).group(1)
+        with kplane.Client.from_kubeconfig(context=current) as c:
+            self.assertTrue(c.plane(kplane.ROOT).is_ready())
+
+    def test_from_plane_kubeconfig(self) -> None:
+        name = unique("kc")
+        path = SERVER.kubeconfig_for(name)
+        with kplane.Client.from_kubeconfig(path) as c:
+            self.assertEqual(c.default_plane, name)
+            self.assertEqual(c.url, SERVER.url)
+            self.assertEqual(c.cluster_base_url(name), f"{SERVER.url}/clusters/{name}/control-plane")
+            # The plane's own credential works in its plane.
+            c.request("GET", c.plane(name).path("/api/v1/namespaces"))
+            self.assertTrue(c.plane(name).wait_until_ready(timeout=30).is_ready())
+
+    def test_cluster_base_url_serves_kubernetes(self) -> None:
+        name = unique("base")
+        base = self.client.cluster_base_url(name)
+        self.assertEqual(base, f"{SERVER.url}/clusters/{name}/control-plane")
+        self.assertEqual(self.client.cluster_base_url(kplane.ROOT), SERVER.url)
+        # Any HTTP client can use it: plain urllib here.
+        req = urllib.request.Request(base + "/api/v1/namespaces", headers={"Authorization": f"Bearer {SERVER.token}"})
+        ctx = ssl.create_default_context(cafile=SERVER.ca_file)
+        with urllib.request.urlopen(req, context=ctx) as resp:
+            names = {ns["metadata"]["name"] for ns in json.load(resp)["items"]}
+        self.assertLessEqual({"default", "kube-system"}, names)
+        with self.assertRaises(ValueError):
+            self.client.cluster_base_url("Not_A_Plane")
+
+    def test_connections_are_reused_across_threads(self) -> None:
+        def ready(_: int) -> bool:
+            return self.client.plane(kplane.ROOT).is_ready()
+
+        with ThreadPoolExecutor(8) as pool:
+            self.assertTrue(all(pool.map(ready, range(64))))
+
+
+class ContractTest(ServerTestCase):
+    def test_served_document_is_the_shipped_one(self) -> None:
+        ctx = ssl.create_default_context(cafile=SERVER.ca_file)
+        # Public: no token.
+        with urllib.request.urlopen(SERVER.url + "/openapi/kplane.yaml", context=ctx) as resp:
+            self.assertEqual(resp.read().decode(), kplane.openapi.spec_yaml())
+        with urllib.request.urlopen(SERVER.url + "/openapi/kplane.json", context=ctx) as resp:
+            self.assertEqual(resp.headers.get_content_type(), "application/json")
+            self.assertEqual(json.load(resp), kplane.openapi.load_spec())
+        self.assertEqual(self.client.openapi_spec(), kplane.openapi.load_spec())
+
+    def test_shipped_document_is_the_repository_one(self) -> None:
+        with open(os.path.join(REPO, "manifests", "openapi", "kplane.v1.yaml"), encoding="utf-8") as f:
+            self.assertEqual(kplane.openapi.spec_yaml(), f.read())
+        spec = kplane.openapi.load_spec()
+        self.assertEqual(spec["openapi"], "3.1.0")
+        self.assertIsNot(spec, kplane.openapi.load_spec())
+
+
+class PlanesTest(ServerTestCase):
+    def test_create_list_delete(self) -> None:
+        name = unique("crud")
+        plane = self.client.create_plane(name, labels={"team": "sdk"})
+        self.assertIsInstance(plane, kplane.Plane)
+        self.assertEqual(plane.name, name)
+        plane.wait_until_ready(timeout=30)
+        # The Plane's status follows readiness shortly after.
+        def ready_info():
+            info = plane.info()
+            return info if info.phase == "Ready" and info.object_count else None
+
+        info = eventually(ready_info)
+        self.assertIsNotNone(info, plane.info())
+        self.assertEqual((info.name, info.phase, info.labels.get("team")), (name, "Ready", "sdk"))
+        self.assertGreater(info.object_count, 0)
+        self.assertIsInstance(info.bootstrapped_at, datetime)
+        self.assertIn(name, [p.name for p in self.client.list_planes(label_selector="team=sdk")])
+        self.assertNotIn("root", [p.name for p in self.client.list_planes(label_selector="team=sdk")])
+
+        with self.assertRaises(kplane.ConflictError) as err:
+            self.client.create_plane(name)
+        self.assertEqual((err.exception.code, err.exception.reason), (409, "AlreadyExists"))
+
+        self.client.delete_plane(name, wait=True, timeout=30)
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.get_plane(name)
+        self.assertFalse(plane.is_ready())
+        with self.assertRaises(kplane.NotFoundError) as err:
+            self.client.delete_plane(name)
+        self.assertEqual(err.exception.status.code, 404)
+
+    def test_unknown_plane(self) -> None:
+        plane = self.client.plane(unique("never"))
+        self.assertFalse(plane.is_ready())
+        with self.assertRaises(kplane.NotFoundError) as err:
+            plane.info()
+        self.assertEqual(err.exception.reason, "NotFound")
+        # A probe does not bring a plane into being.
+        self.assertFalse(plane.is_ready())
+        self.assertNotIn(plane.name, [p.name for p in self.client.list_planes()])
+
+    def test_wait_timeout(self) -> None:
+        plane = self.client.plane(unique("late"))
+        start = time.monotonic()
+        with self.assertRaises(kplane.WaitTimeoutError) as err:
+            plane.wait_until_ready(timeout=0.5)
+        self.assertIsInstance(err.exception, TimeoutError)
+        self.assertIn(plane.name, str(err.exception))
+        self.assertLess(time.monotonic() - start, 5)
+
+    def test_first_request_creates_plane(self) -> None:
+        plane = self.client.plane(unique("lazy"))
+        self.client.request("GET", plane.path("/api/v1/namespaces"))
+        plane.wait_until_ready(timeout=30)
+        self.assertTrue(eventually(lambda: plane.info().phase == "Ready"))
+
+    def test_invalid_ids(self) -> None:
+        for bad in ("Bad_ID", "", "-x", "a" * 64, "a.b"):
+            with self.assertRaises(ValueError):
+                self.client.create_plane(bad)
+            with self.assertRaises(ValueError):
+                self.client.plane(bad)
+        with self.assertRaises(ValueError):
+            self.client.delete_plane(kplane.ROOT)
+        # What the client does not check, the server refuses with a Status.
+        with self.assertRaises(kplane.InvalidError) as err:
+            self.client.request(
+                "POST", "/apis/kplane.dev/v1/planes", body={"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": {"name": "Bad_ID"}}
+            )
+        self.assertEqual(err.exception.code, 422)
+        self.assertIn("Bad_ID", err.exception.message)
+
+
+class SnapshotTest(ServerTestCase):
+    def setUp(self) -> None:
+        self.skip_without_snapshot()
+
+    def test_state(self) -> None:
+        plane = self.client.plane(unique("snap"))
+        for i in range(3):
+            create_configmap(plane, f"cm-{i}", labels={"i": str(i)})
+        before = datetime.now(timezone.utc)
+        want = {"default/cm-0", "default/cm-1", "default/cm-2"}
+
+        def complete():
+            snap = plane.state()
+            cms = snap.by_resource("configmaps")
+            return snap if cms and want <= set(cms.names()) else None
+
+        snap = eventually(complete)
+        self.assertIsNotNone(snap, "the configmaps never showed in a snapshot")
+        self.assertIsInstance(snap, kplane.Snapshot)
+        self.assertEqual(snap.cluster, plane.name)
+        self.assertIsNotNone(snap.snapshot_time.tzinfo)
+        self.assertLess(abs(snap.snapshot_time - before), timedelta(seconds=30))
+        self.assertTrue(snap.resource_version)
+        self.assertGreater(snap.live_resources, 0)
+        self.assertEqual(snap.total_items(), sum(len(r.items) for r in snap.resources))
+        cms = snap.by_resource("configmaps")
+        self.assertIsInstance(cms, kplane.SnapshotResource)
+        self.assertEqual((cms.group, cms.version, cms.kind, cms.namespaced, cms.synced), ("", "v1", "ConfigMap", True, True))
+        self.assertEqual(cms.item_count, len(cms.items))
+        for item in cms.items:
+            self.assertEqual((item["apiVersion"], item["kind"]), ("v1", "ConfigMap"))
+            self.assertNotIn("managedFields", item["metadata"])
+        ns = snap.by_resource("namespaces")
+        self.assertLessEqual({"default", "kube-system"}, {i["metadata"]["name"] for i in ns.items})
+        self.assertIsNone(snap.by_resource("deployments.apps"))  # empty, so left out
+
+    def test_filters(self) -> None:
+        plane = self.client.plane(unique("filt"))
+        create_configmap(plane, "a", labels={"app": "x"})
+        create_configmap(plane, "b", labels={"app": "y"})
+
+        def both():
+            snap = plane.state(resource="configmaps")
+            return snap if {"default/a", "default/b"} <= set(snap.by_resource("configmaps").names()) else None
+
+        only = eventually(both)
+        self.assertEqual([r.name for r in only.resources], ["configmaps"])
+        two = plane.state(resource=["configmaps", "namespaces"], include_empty=True)
+        self.assertEqual(sorted(r.name for r in two.resources), ["configmaps", "namespaces"])
+        empty = plane.state(resource="apps/deployments", include_empty=True)
+        deps = empty.by_resource("deployments.apps")
+        self.assertIsNotNone(deps)
+        self.assertIs(empty.by_resource("apps/deployments"), deps)
+        self.assertEqual((deps.item_count, deps.items, deps.kind), (0, [], "Deployment"))
+        self.assertEqual(plane.state(resource="deployments.apps").resources, [])
+        selected = plane.state(resource="configmaps", label_selector="app=x").by_resource("configmaps")
+        self.assertEqual(selected.names(), ["default/a"])
+        in_ns = plane.state(namespace="kube-system", include_empty=True)
+        self.assertTrue(all(r.namespaced for r in in_ns.resources))
+        warm = plane.state(warm=True, include_empty=True)
+        self.assertTrue(all(r.synced for r in warm.resources))
+        self.assertEqual(warm.live_resources, len(warm.resources))
+
+    def test_unknown_resource(self) -> None:
+        with self.assertRaises(kplane.BadRequestError) as err:
+            self.client.plane(unique("bad")).state(resource=["configmaps", "nosuchthings"])
+        self.assertEqual((err.exception.code, err.exception.reason), (400, "BadRequest"))
+        self.assertIn("nosuchthings", err.exception.message)
+
+    def test_root_plane(self) -> None:
+        snap = self.client.plane(kplane.ROOT).state(resource="namespaces")
+        self.assertEqual(snap.cluster, "root")
+
+    def test_watch_state(self) -> None:
+        plane = self.client.plane(unique("watch"))
+        create_configmap(plane, "before")
+
+        def with_before():
+            snap = plane.state(resource="configmaps")
+            cms = snap.by_resource("configmaps")
+            return snap if cms and "default/before" in cms.names() else None
+
+        snap = eventually(with_before)
+        seen: list[tuple[str, str]] = []
+        with plane.watch_state(snap.resource_version, resource="configmaps", timeout_seconds=30) as watch:
+            self.assertIsInstance(watch, kplane.StateWatch)
+            path = plane.path("/api/v1/namespaces/default/configmaps")
+            self.client.request("POST", path, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}, "data": {"n": "1"}})
+            self.client.request(
+                "PATCH", path + "/w", body=b'{"data":{"n":"2"}}', headers={"Content-Type": "application/merge-patch+json"}
+            )
+            self.client.request("DELETE", path + "/w")
+            for event in watch:
+                self.assertIsInstance(event, kplane.StateEvent)
+                if event.type == "BOOKMARK":
+                    self.assertTrue(event.resource_version)
+                    continue
+                self.assertEqual((event.group, event.resource), ("", "configmaps"))
+                self.assertEqual(event.object["kind"], "ConfigMap")
+                seen.append((event.type, event.name))
+                if event.type == "DELETED":
+                    break
+        self.assertNotIn(("ADDED", "before"), seen)  # it was in the snapshot
+        self.assertEqual(seen, [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")])
+
+    def test_watch_from_scratch_and_timeout(self) -> None:
+        plane = self.client.plane(unique("scratch"))
+        create_configmap(plane, "one")
+        with plane.watch_state(resource="configmaps", timeout_seconds=10) as watch:
+            found = any(e.type == "ADDED" and e.name == "one" for e in watch)
+        self.assertTrue(found)
+        # The server ends a stream after timeout_seconds; iteration stops.
+        start = time.monotonic()
+        with plane.watch_state(resource="configmaps", timeout_seconds=1) as watch:
+            events = list(watch)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertIn("one", [e.name for e in events])
+
+    def test_watch_read_timeout(self) -> None:
+        plane = self.client.plane(unique("quiet"))
+        # Nothing writes deployments in this plane: the stream stays silent.
+        snap = plane.state(resource="deployments.apps", include_empty=True)
+        with plane.watch_state(snap.resource_version, resource="deployments.apps", read_timeout=0.3) as watch:
+            start = time.monotonic()
+            with self.assertRaisesRegex(kplane.TransportError, "timed out"):
+                for event in watch:
+                    self.assertEqual(event.type, "BOOKMARK")
+            self.assertLess(time.monotonic() - start, 10)
+
+    def test_watch_too_old(self) -> None:
+        plane = self.client.plane(unique("old"))
+        create_configmap(plane, "x")
+        with self.assertRaises(kplane.GoneError) as err:
+            plane.watch_state("1", resource="configmaps", timeout_seconds=5)
+        self.assertEqual((err.exception.code, err.exception.reason), (410, "Expired"))
+
+
+class FleetTest(ServerTestCase):
+    def setUp(self) -> None:
+        self.skip_without_fleets()
+
+    def test_lifecycle(self) -> None:
+        name = unique("fl")
+        prefix = name + "-m"
+        fleet = self.client.create_fleet(name, replicas=3, name_prefix=prefix)
+        self.assertIsInstance(fleet, kplane.Fleet)
+        self.assertEqual((fleet.spec.replicas, fleet.spec.name_prefix, fleet.spec.deletion_policy), (3, prefix, "Retain"))
+        self.assertIs(fleet.wait_until_ready(timeout=60), fleet)
+        self.assertEqual(fleet.status.ready_replicas, 3)
+        self.assertEqual(fleet.status.replicas, 3)
+        self.assertEqual([m.name for m in fleet.members], [f"{prefix}0000", f"{prefix}0001", f"{prefix}0002"])
+        self.assertTrue(all(m.phase == "Ready" and isinstance(m, kplane.FleetMember) for m in fleet.members))
+        self.assertEqual(fleet.status.condition("Ready").status, "True")
+        planes = fleet.planes()
+        self.assertEqual([p.name for p in planes], [m.name for m in fleet.members])
+        for p in planes:
+            self.assertTrue(p.is_ready())
+            self.assertEqual(p.info().fleet, name)
+        self.assertIn(name, [f.name for f in self.client.list_fleets()])
+        self.assertEqual(self.client.get_fleet(name).status.ready_replicas, 3)
+
+        fleet.scale(4).wait_until_ready(timeout=60)
+        self.assertEqual(len(fleet.planes()), 4)
+        self.assertIs(fleet.refresh(), fleet)
+
+        fleet.delete(wait=True, timeout=60)
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.get_fleet(name)
+        # Retain: the planes stay, without the fleet label.
+        for p in planes:
+            self.assertIsNone(p.info().fleet)
+            p.delete()
+
+    def test_named_members(self) -> None:
+        existing = self.client.create_plane(unique("adopt"))
+        names = [existing.name, unique("named")]
+        fleet = self.client.create_fleet(unique("fln"), names=names, deletion_policy="Delete")
+        fleet.wait_until_ready(timeout=60)
+        self.assertEqual(sorted(p.name for p in fleet.planes()), sorted(names))
+        fleet.delete(wait=True, timeout=60)
+        for n in names:
+            with self.assertRaises(kplane.NotFoundError):
+                self.client.get_plane(n)
+
+    def test_ephemeral_fleet_deletes_on_exception(self) -> None:
+        name = unique("eph")
+        with self.assertRaisesRegex(RuntimeError, "episode failed"):
+            with self.client.ephemeral_fleet(name, replicas=2, wait_deleted=True) as fleet:
+                fleet.wait_until_ready(timeout=60)
+                members = [p.name for p in fleet.planes()]
+                raise RuntimeError("episode failed")
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.get_fleet(name)
+        for m in members:  # deletionPolicy Delete is the ephemeral default
+            with self.assertRaises(kplane.NotFoundError):
+                self.client.get_plane(m)
+
+    def test_invalid_fleets(self) -> None:
+        with self.assertRaises(ValueError):
+            self.client.create_fleet(unique("bad"), replicas=2, names=["a"])
+        with self.assertRaises(ValueError):
+            self.client.create_fleet(unique("bad"))
+        with self.assertRaises(ValueError):
+            self.client.create_fleet(unique("bad"), names=["a"], name_prefix="p-")
+        with self.assertRaises(ValueError):
+            self.client.create_fleet(unique("bad"), replicas=1, deletion_policy="Sometimes")
+        with self.assertRaises(kplane.InvalidError) as err:
+            self.client.create_fleet(unique("bad"), names=["Not_A_Plane"])
+        self.assertEqual(err.exception.code, 422)
+        self.assertIn("Not_A_Plane", err.exception.message)
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.get_fleet(unique("missing"))
+
+    def test_wait_timeout_names_failed_members(self) -> None:
+        shared = unique("owned")
+        owner = self.client.create_fleet(unique("owner"), names=[shared], deletion_policy="Delete")
+        self.addCleanup(owner.delete)
+        owner.wait_until_ready(timeout=60)
+        rival = self.client.create_fleet(unique("rival"), names=[shared])
+        self.addCleanup(rival.delete)
+        with self.assertRaises(kplane.WaitTimeoutError) as err:
+            rival.wait_until_ready(timeout=1.5)
+        self.assertIn(shared, str(err.exception))
+        self.assertIn("0/1", str(err.exception))
+
+
+class QuickstartTest(ServerTestCase):
+    """The README's quickstart, run as written (server URL and token
+    substituted)."""
+
+    def test_readme_quickstart(self) -> None:
+        self.skip_without_snapshot()
+        self.skip_without_fleets()
+        with open(os.path.join(REPO, "sdk", "python", "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        code = re.search(r"## Quickstart\n.*?```python\n(.*?)```", readme, re.S).group(1)
+        self.assertIn('"https://127.0.0.1:6443"', code)
+        code = code.replace('"https://127.0.0.1:6443"', repr(SERVER.url)).replace('"…"', repr(SERVER.token))
+        scores: list[int] = []
+
+        def score_state(snap: kplane.Snapshot) -> int:
+            scores.append(snap.total_items())
+            return snap.total_items()
+
+        env = {"score_state": score_state, "print": lambda *a: None}
+        start = time.monotonic()
+        exec(compile(code, "README.md quickstart", "exec"), env)
+        elapsed = time.monotonic() - start
+        env["client"].close()
+        self.assertEqual(len(scores), 64)
+        self.assertTrue(all(s > 0 for s in scores))
+        print(f"\nquickstart: 64-plane ephemeral fleet ready and scored in {elapsed:.1f}s", end=" ")
+        fleet = self.client.get_fleet("rl-rollout") if self._exists("rl-rollout") else None
+        self.assertTrue(fleet is None or fleet.deleting)
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.client.get_fleet(name)
+        except kplane.NotFoundError:
+            return False
+        return True
+
+
+if __name__ == "__main__":
+    unittest.main()
