@@ -42,15 +42,14 @@ func New(config Config) (*Controllers, error) {
 	// Controllers never bring a plane into being: work left for a deleted
 	// plane fails with 404 instead.
 	client := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
-	forPlane := func(plane string) *rest.Config {
-		c := loopback.ForPlane(config.Loopback, plane)
-		c.Wrap(loopback.WithHeader(lifecycle.NoProvisionHeader))
-		return c
-	}
 	stores := func(resource string) *planestorage.Store {
 		return config.Storage.Storage(coreResource(resource))
 	}
-	resolver := newResolver(forPlane(planesRootForDiscovery), config.Storage, config.CustomResources)
+	// Every plane serves the same built-in resources: the root plane's
+	// discovery (bare paths) lists them.
+	root := rest.CopyConfig(config.Loopback)
+	root.Wrap(loopback.WithHeader(lifecycle.NoProvisionHeader))
+	resolver := newResolver(root, config.Storage, config.CustomResources)
 	namespaces, err := namespace.New(namespace.Config{
 		Client: client, Resources: resolver.NamespacedResources, Storage: config.Storage, CustomResources: config.CustomResources,
 	})

@@ -11,14 +11,9 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
-	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/crds"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
-
-// planesRootForDiscovery is the plane whose discovery lists the built-in
-// resources: every plane serves the same ones.
-const planesRootForDiscovery = planes.Root
 
 // builtin is how every plane serves one built-in resource.
 type builtin struct {

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -91,6 +92,18 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 		}
 		next.ServeHTTP(w, req.WithContext(tracked))
 	})
+}
+
+// Refused reports whether err is this filter's answer for a plane that is
+// being deleted (409) or does not exist (404), both on the planes resource:
+// work held for that plane is over.
+func Refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Group == GVR.Group && d.Kind == GVR.Resource
 }
 
 func terminating(plane string) error {

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -180,7 +180,7 @@ func (c *Collector) worker(ctx context.Context) {
 			err = c.processOwner(pctx, t.object)
 		}
 		c.queue.Done(t)
-		if err == nil || planeGone(err) || apierrors.IsNotFound(err) {
+		if err == nil || lifecycle.Refused(err) || apierrors.IsNotFound(err) {
 			c.queue.Forget(t)
 			continue
 		}
@@ -188,17 +188,6 @@ func (c *Collector) worker(ctx context.Context) {
 			"namespace": t.namespace, "name": t.name}).Debug("garbage collection retries")
 		c.queue.AddRateLimited(t)
 	}
-}
-
-// planeGone tells apart the refusals of the plane lifecycle: the plane is
-// being deleted or is gone, and its wipe takes care of everything.
-func planeGone(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	d := status.Status().Details
-	return d != nil && d.Group == "kplane.dev" && d.Kind == "planes"
 }
 
 // ownerState is what a dependent learns about one of its owners.
@@ -447,7 +436,7 @@ func (c *Collector) readThroughAPI(ctx context.Context, o object) (metav1.Object
 		return nil, err
 	}
 	obj, err := c.client.Resource(gvr).Namespace(o.namespace).Get(ctx, o.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && !planeGone(err) {
+	if apierrors.IsNotFound(err) && !lifecycle.Refused(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -474,7 +463,7 @@ func (c *Collector) delete(ctx context.Context, o object, policy metav1.Deletion
 	err = c.client.Resource(gvr).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &o.uid}, PropagationPolicy: &policy,
 	})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && !planeGone(err) {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && !lifecycle.Refused(err) {
 		// Gone already, or a new object of the same name: not ours.
 		return nil
 	}
@@ -538,7 +527,7 @@ func (c *Collector) patchMeta(ctx context.Context, o object, change func(*metav1
 			return err
 		}
 		_, err = client.Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if !apierrors.IsConflict(err) || planeGone(err) {
+		if !apierrors.IsConflict(err) || lifecycle.Refused(err) {
 			return err
 		}
 	}

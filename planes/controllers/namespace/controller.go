@@ -9,7 +9,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/kubernetes/pkg/controller/namespace/deletion"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -167,7 +167,7 @@ func (c *Controller) worker(ctx context.Context) {
 			// Content with finalizers or graceful deletion: look again when
 			// upstream would, but never later than its estimate.
 			c.queue.AddAfter(key, time.Duration(remaining.Estimate/2+1)*time.Second)
-		case planeGone(err):
+		case lifecycle.Refused(err):
 			// The plane is being deleted or is gone: its wipe takes over.
 			c.queue.Forget(key)
 		default:
@@ -175,17 +175,6 @@ func (c *Controller) worker(ctx context.Context) {
 			c.queue.AddRateLimited(key)
 		}
 	}
-}
-
-// planeGone tells apart the refusals of the plane lifecycle (the plane is
-// being deleted: 409 on plane resource; unknown plane: 404 on planes).
-func planeGone(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	details := status.Status().Details
-	return details != nil && details.Group == "kplane.dev" && details.Kind == "planes"
 }
 
 func (c *Controller) sync(ctx context.Context, key Key) error {

@@ -3,7 +3,6 @@ package serviceaccounts
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -137,16 +137,7 @@ func (c *Controller) worker(ctx context.Context) {
 // gone is an error that retrying cannot fix: the namespace or plane went
 // away, or the namespace is terminating.
 func gone(err error) bool {
-	if apierrors.IsNotFound(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-		return true
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		if d := status.Status().Details; d != nil && d.Group == "kplane.dev" {
-			return true
-		}
-	}
-	return false
+	return apierrors.IsNotFound(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || lifecycle.Refused(err)
 }
 
 func (c *Controller) sync(ctx context.Context, key Key) error {
