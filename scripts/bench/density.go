@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,38 +46,9 @@ func density(binary string, p densityParams) (Result, error) {
 		return Result{}, err
 	}
 
-	latencies := make([]time.Duration, p.Planes)
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	began := time.Now()
-	for w := 0; w < p.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				lat, err := createPlane(s, fmt.Sprintf("bench-%05d", i), p.ConfigMaps)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				}
-				latencies[i] = lat
-			}
-		}()
-	}
-	for i := 0; i < p.Planes; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	elapsed := time.Since(began)
-	if firstErr != nil {
-		return Result{}, firstErr
+	latencies, elapsed, err := createPlanes(s, 0, p.Planes, p.Workers, p.ConfigMaps)
+	if err != nil {
+		return Result{}, err
 	}
 	rss1, heap1, err := settle(s)
 	if err != nil {
