@@ -290,9 +290,16 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
 	planesPlugin := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes, planeCount)
 	o.Admission.GenericAdmission.Plugins.Register(admission.PlanesPluginName, planesPlugin.Factory())
+	rootOwn, err := rootOwnGroups()
+	if err != nil {
+		return nil, err
+	}
+	crdGroups := admission.NewCRDGroups(builtinGroups(), rootOwn)
+	o.Admission.GenericAdmission.Plugins.Register(admission.CRDGroupsPluginName, crdGroups.Factory())
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
 		admission.PlanesPluginName,
+		admission.CRDGroupsPluginName,
 		defaulttolerationseconds.PluginName,
 		approval.PluginName,
 		signing.PluginName,

@@ -364,6 +364,9 @@ func (c *Collector) dependents(ctx context.Context, o object) ([]*node, error) {
 		}
 	}
 	for _, s := range c.config.Storage.Stores() {
+		if !s.Owns(o.plane) {
+			continue
+		}
 		key := s.ResourcePrefix()
 		if o.namespace != "" {
 			// Only objects of its namespace can name a namespaced owner.
@@ -410,7 +413,7 @@ func (c *Collector) consistent(ctx context.Context, o object) (metav1.Object, er
 }
 
 func (c *Collector) read(ctx context.Context, o object, rv string) (metav1.Object, error) {
-	s := c.config.Storage.Storage(o.resource)
+	s := c.config.Storage.StorageFor(o.plane, o.resource)
 	if s == nil {
 		// Custom resources not served since the start: the API builds
 		// their storage.
