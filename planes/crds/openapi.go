@@ -16,6 +16,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -65,17 +66,42 @@ type openapiCache struct {
 	v3 *lru.Cache
 	// v2 documents by the CRD contents of a plane (few distinct sets).
 	v2 *lru.Cache
+	// keysOf lists the cached documents built from a CRD content, so that
+	// a content no plane uses anymore takes its documents with it.
+	keysOf map[string]sets.Set[string]
 }
 
 // Bounds of the document caches: a document of a few CRDs is tens of KiB,
 // v2 documents hold the whole built-in API (a few MiB).
 const (
-	maxV3Documents = 512
+	maxV3Documents = 128
 	maxV2Documents = 8
 )
 
 func newOpenAPICache(index *Index) *openapiCache {
-	return &openapiCache{index: index, v3: lru.New(maxV3Documents), v2: lru.New(maxV2Documents)}
+	return &openapiCache{index: index, v3: lru.New(maxV3Documents), v2: lru.New(maxV2Documents), keysOf: map[string]sets.Set[string]{}}
+}
+
+// forgetContent drops the documents built from a CRD content no plane
+// uses anymore.
+func (o *openapiCache) forgetContent(hash string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for key := range o.keysOf[hash] {
+		o.v3.Remove(key)
+		o.v2.Remove(key)
+	}
+	delete(o.keysOf, hash)
+}
+
+// remember notes that key was built from entries.
+func (o *openapiCache) rememberLocked(key string, entries []*entry) {
+	for _, e := range entries {
+		if o.keysOf[e.hash] == nil {
+			o.keysOf[e.hash] = sets.New[string]()
+		}
+		o.keysOf[e.hash].Insert(key)
+	}
 }
 
 // serve answers /openapi/* for plane.
@@ -152,6 +178,7 @@ func (o *openapiCache) v3Document(plane string, gv schema.GroupVersion) *documen
 	}
 	doc := newDocument(data, handler3.ToV3ProtoBinary)
 	o.v3.Add(key, doc)
+	o.rememberLocked(key, entries)
 	return doc
 }
 
@@ -190,6 +217,7 @@ func (o *openapiCache) v2Document(plane string) (*document, error) {
 	}
 	doc := newDocument(data, handler.ToProtoBinary)
 	o.v2.Add(key, doc)
+	o.rememberLocked(key, established)
 	return doc, nil
 }
 

@@ -69,7 +69,10 @@ func New(config Config, notFound http.Handler) *Server {
 	s.openapi = newOpenAPICache(index)
 	s.controller = newController(s)
 	index.onChange = s.controller.enqueueGroupOf
-	index.onUnused = s.handlers.release
+	index.onUnused = func(hash string) {
+		s.handlers.release(hash)
+		s.openapi.forgetContent(hash)
+	}
 	if config.Storages != nil {
 		config.Storages.SetContentResolver(index.content)
 	}

@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet, snapshot, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -59,6 +59,9 @@ func main() {
 	busyRate := flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
 	snapshotCalls := flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
 	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
+	churnSettle := flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
+	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
+	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -73,7 +76,8 @@ func main() {
 	exit := func(err error) { stop(); fail(err) }
 	if side.Quick {
 		side.applyQuick()
-		*planes, *cycles, *fleetReplicas = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10)
+		*planes, *cycles, *fleetReplicas, *crdCycles = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10), min(*crdCycles, 20)
+		*churnSettle = min(*churnSettle, time.Second)
 		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
 	}
 	if side.ReportOnly {
@@ -103,6 +107,8 @@ func main() {
 			res, err = fleetScenario(bin, fleetParams{Replicas: *fleetReplicas, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "crds":
 			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
+		case "crd-churn":
+			res, err = crdChurn(bin, crdChurnParams{Cycles: *crdCycles, Old: *oldBinary, ProfileDir: *profileDir, Settle: *churnSettle})
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		default:
