@@ -54,36 +54,25 @@ func readFleetStatus(u *unstructured.Unstructured) fleetStatus {
 // waitFleet polls the Fleet until cond holds for its status.
 func waitFleet(t *testing.T, fleets dynamic.ResourceInterface, name string, timeout time.Duration, what string, cond func(fleetStatus) bool) fleetStatus {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last fleetStatus
-	var lastErr error
-	for time.Now().Before(deadline) {
-		u, err := fleets.Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			last = readFleetStatus(u)
-			if cond(last) {
-				return last
-			}
+	framework.Eventually(t, max(timeout, framework.DefaultTimeout), "Fleet "+name+": "+what, func(ctx context.Context) error {
+		u, err := fleets.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("Fleet %s: %s not reached in %s; last status replicas=%d ready=%d condition=%s (%v)",
-		name, what, timeout, last.replicas, last.ready, last.condition, lastErr)
+		last = readFleetStatus(u)
+		if !cond(last) {
+			return fmt.Errorf("status replicas=%d ready=%d condition=%s", last.replicas, last.ready, last.condition)
+		}
+		return nil
+	})
 	return last
 }
 
 // waitGone polls until get answers 404.
 func waitGone(t *testing.T, timeout time.Duration, what string, get func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if err := get(); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s still exists after %s", what, timeout)
+	eventually(t, timeout, what+" gone", func() (bool, error) { return gone(get()) })
 }
 
 // memberPlanes lists the Planes labelled as members of fleet.
@@ -147,7 +136,7 @@ spec:
 `, name), "apply", "-f", "-")
 	s.MustKubectl(t, "root", "", "wait", "fleet/"+name, "--for=condition=Ready", "--timeout=60s")
 	t.Logf("Fleet of 50 ready in %s", time.Since(began).Round(time.Millisecond))
-	st := waitFleet(t, fleets, name, 10*time.Second, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
+	st := waitFleet(t, fleets, name, framework.DefaultTimeout, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
 	if st.replicas != 50 || len(st.members) != 50 || st.condition != "True/AllMembersReady" {
 		t.Fatalf("status: replicas %d, %d members, condition %s", st.replicas, len(st.members), st.condition)
 	}
@@ -282,10 +271,12 @@ func TestFleetRetainAndAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleet(t, fleets, name, 30*time.Second, "1/1 ready", func(st fleetStatus) bool { return st.replicas == 1 && st.ready == 1 })
-	deadline := time.Now().Add(30 * time.Second)
-	for len(memberPlanes(t, s, name)) != 1 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	framework.Eventually(t, framework.DefaultTimeout, "one member of "+name+" left", func(context.Context) error {
+		if members := memberPlanes(t, s, name); len(members) != 1 {
+			return fmt.Errorf("members %v", members)
+		}
+		return nil
+	})
 	if p, err := planes.Get(ctx, fresh, metav1.GetOptions{}); err != nil || p.GetLabels()["kplane.dev/fleet"] != "" {
 		t.Fatalf("released plane %s: labels %v, %v", fresh, p.GetLabels(), err)
 	}
@@ -420,10 +411,12 @@ func TestFleetRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kill as soon as some members exist, before all are ready.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(memberPlanes(t, s, "crash")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	framework.Eventually(t, framework.DefaultTimeout, "a first member of crash", func(context.Context) error {
+		if len(memberPlanes(t, s, "crash")) == 0 {
+			return fmt.Errorf("no member yet")
+		}
+		return nil
+	})
 	u, err := fleets.Get(ctx, "crash", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
