@@ -409,7 +409,7 @@ func TestGarbageCollection(t *testing.T) {
 			if err := dyn.Resource(rayGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, string(policy)+" from a custom resource", func() (bool, error) {
+			eventually(t, framework.DefaultTimeout, string(policy)+" from a custom resource", func() (bool, error) {
 				if _, err := dyn.Resource(rayGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return false, fmt.Errorf("owner still there: %v", err)
 				}
@@ -573,7 +573,7 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 	s.Restart(t)
 	c = s.Client(t, plane)
 
-	eventually(t, 30*time.Second, "content deleted after the restart", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "content deleted after the restart", func() (bool, error) {
 		cms, err := c.CoreV1().ConfigMaps("big").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
