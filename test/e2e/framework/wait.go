@@ -56,6 +56,10 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func(context.Conte
 	if err == nil {
 		return nil
 	}
+	var stop stopError
+	if errors.As(last, &stop) {
+		return stop.err
+	}
 	if last != nil {
 		return fmt.Errorf("not within %s: %w", timeout, last)
 	}
