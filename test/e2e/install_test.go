@@ -45,6 +45,7 @@ func installEnv(prefix string, extra ...string) []string {
 		"KPLANE_SKIP_ENABLE=true",
 		"KPLANE_BINARY=",
 		"KPLANE_SHA256=",
+		"KPLANE_INSECURE_SKIP_CHECKSUM=",
 	)
 	return append(env, extra...)
 }
