@@ -90,7 +90,7 @@ func main() {
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
 		Binary:  bin,
-		Command: strings.Join(os.Args, " "),
+		Command: reproduceCommand(os.Args[1:]),
 	}
 	for _, scenario := range strings.Split(*scenarios, ",") {
 		var res Result
@@ -152,4 +152,11 @@ func printResult(r Result) {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
+}
+
+// reproduceCommand is the command that reruns this benchmark from the
+// repository, for the report: os.Args[0] is a path in the build cache
+// under `go run`, private to this machine.
+func reproduceCommand(args []string) string {
+	return strings.Join(append([]string{"go", "run", "./scripts/bench"}, args...), " ")
 }

@@ -21,6 +21,7 @@ import (
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
@@ -100,6 +101,9 @@ type Config struct {
 	MetricsWindow    time.Duration
 	// ManifestsDir holds manifests kept applied (empty: none).
 	ManifestsDir string
+	// ReadyzChecks are added to /readyz; a grouped one is also served on
+	// /readyz/<group>, its name being free to change.
+	ReadyzChecks []healthz.HealthChecker
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -219,6 +223,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("building control plane config: %w", err)
 	}
+	// Every plane has an issuer of its own, so one server-wide issuer
+	// discovery document (/.well-known/openid-configuration) would be wrong
+	// for all but one: none is served, and without an issuer URL upstream
+	// says so at info level instead of reporting an error.
+	controlPlane.ServiceAccountIssuerURL = ""
 	// Only the storage getters are taken from the apiextensions config: CRDs
 	// are served per plane by planes/crds, not by the upstream CRD server.
 	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*genericConfig, informers, nil, completed, 1,
@@ -266,6 +275,10 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.GenericServerRunOptions.ShutdownDelayDuration = 0
 	o.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = 5 * time.Second
 	o.Features.EnableProfiling = c.EnableProfiling
+	// kplane sets none of the metrics options (hidden or disabled metrics,
+	// label allow-lists); applying the empty ones only logs "The manifest
+	// file is empty" as an error.
+	o.Metrics = nil
 
 	o.Etcd.StorageConfig.Transport.ServerList = c.Etcd.Endpoints
 	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile
@@ -423,6 +436,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}))
 
 	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
+	if err := addReadyzChecks(server.GenericAPIServer, c.config.ReadyzChecks); err != nil {
+		return nil, err
+	}
 	if err := c.metrics.Register(); err != nil {
 		return nil, err
 	}
