@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"kplane.dev/kplane/test/e2e/framework"
@@ -59,17 +59,17 @@ func createEstablished(ctx context.Context, t *testing.T, s *framework.Server, p
 	if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating CRD %s in %s: %v", crd.Name, plane, err)
 	}
-	waitFor(t, 30*time.Second, fmt.Sprintf("CRD %s established in %s", crd.Name, plane), func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, fmt.Sprintf("CRD %s established in %s", crd.Name, plane), func(ctx context.Context) error {
 		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return err
 		}
 		for _, cond := range got.Status.Conditions {
 			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
+				return nil
 			}
 		}
-		return false, nil
+		return errors.New("not established")
 	})
 }
 
@@ -178,9 +178,9 @@ func TestCRDScopeIsPerPlane(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("watch of default in %s is silent", b)
 	}
-	waitFor(t, 30*time.Second, "three gizmos in the cached list of "+b, func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "three gizmos in the cached list of "+b, func(ctx context.Context) error {
 		l, err := db.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		return err == nil && len(l.Items) == 3, nil
+		return countIs(l, err, 3)
 	})
 	if got, err := db.Namespace("default").Get(ctx, "x", metav1.GetOptions{}); err != nil || got.Object["spec"].(map[string]any)["in"] != "b" {
 		t.Fatalf("get default/x in %s: %v %v", b, got, err)
@@ -194,9 +194,9 @@ func TestCRDScopeIsPerPlane(t *testing.T) {
 	if err := cb.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "namespace doomed gone", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "namespace doomed gone", func(ctx context.Context) error {
 		_, err := cb.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return notFound(err)
 	})
 	if _, err := cb.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -286,13 +286,13 @@ func TestCRDVersionsAndDefaultsArePerPlane(t *testing.T) {
 	if _, err := da.Create(ctx, widget("v1", "w2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "A's cached list to hold w1 and w2", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "A's cached list to hold w1 and w2", func(ctx context.Context) error {
 		l, err := da.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		return err == nil && len(l.Items) == 2, nil
+		return countIs(l, err, 2)
 	})
-	waitFor(t, 30*time.Second, "B's cached list to hold its three widgets", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "B's cached list to hold its three widgets", func(ctx context.Context) error {
 		l, err := db.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		return err == nil && len(l.Items) == 3, nil
+		return countIs(l, err, 3)
 	})
 
 	// A's schema gains a default: A's stored objects read back defaulted,
@@ -306,19 +306,19 @@ func TestCRDVersionsAndDefaultsArePerPlane(t *testing.T) {
 	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "A's stored widgets read back defaulted", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "A's stored widgets read back defaulted", func(ctx context.Context) error {
 		for _, rv := range []string{"", "0"} {
 			l, err := da.List(ctx, metav1.ListOptions{ResourceVersion: rv})
-			if err != nil || len(l.Items) != 2 {
-				return false, nil
+			if err := countIs(l, err, 2); err != nil {
+				return err
 			}
 			for _, item := range l.Items {
 				if c, _, _ := unstructured.NestedString(item.Object, "spec", "color"); c != "blue" {
-					return false, nil
+					return fmt.Errorf("%s (rv=%q) has color %q", item.GetName(), rv, c)
 				}
 			}
 		}
-		return true, nil
+		return nil
 	})
 	l, err := db.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
@@ -379,11 +379,11 @@ func TestCRDChurnLeavesNothing(t *testing.T) {
 		crd := crdSpec(plural, kind, apiextensionsv1.NamespaceScoped, nil, "v1")
 		createEstablished(ctx, t, s, plane, crd)
 		d := s.Dynamic(t, plane).Resource(gvr).Namespace("default")
-		waitFor(t, 30*time.Second, "a gizmo created", func(ctx context.Context) (bool, error) {
+		framework.Eventually(t, framework.DefaultTimeout, "a gizmo created", func(ctx context.Context) error {
 			g := gizmo("g", "default", nil)
 			g.SetKind(kind)
 			_, err := d.Create(ctx, g, metav1.CreateOptions{})
-			return err == nil, nil
+			return err
 		})
 		if _, err := d.List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err != nil {
 			t.Fatal(err)
@@ -392,9 +392,9 @@ func TestCRDChurnLeavesNothing(t *testing.T) {
 		if err := c.Delete(ctx, crd.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the CRD gone", func(ctx context.Context) (bool, error) {
+		framework.Eventually(t, framework.DefaultTimeout, "the CRD gone", func(ctx context.Context) error {
 			_, err := c.Get(ctx, crd.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
+			return notFound(err)
 		})
 	}
 	goroutines := func() float64 {
@@ -408,16 +408,34 @@ func TestCRDChurnLeavesNothing(t *testing.T) {
 	for i := 5; i < 5+cycles; i++ {
 		cycle(i)
 	}
-	t.Logf("goroutines before: %v", before)
 	// Storages are torn down once their last requests are done: give the
 	// count a moment to come back, but it must come back.
-	var after float64
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		after = goroutines()
-		return after <= before+cycles/4, nil
+	framework.Eventually(t, framework.DefaultTimeout, "goroutines back", func(context.Context) error {
+		if after := goroutines(); after > before+cycles/4 {
+			return fmt.Errorf("%v before %d CRD cycles, %v after", before, cycles, after)
+		}
+		return nil
 	})
+}
+
+// countIs says whether a list call returned n items.
+func countIs(l *unstructured.UnstructuredList, err error, n int) error {
 	if err != nil {
-		t.Fatalf("goroutines %v before %d CRD cycles, %v after", before, cycles, after)
+		return err
 	}
-	t.Logf("goroutines after: %v", after)
+	if len(l.Items) != n {
+		return fmt.Errorf("%d items, want %d", len(l.Items), n)
+	}
+	return nil
+}
+
+// notFound turns "the object is gone" into success.
+func notFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err == nil {
+		return errors.New("still there")
+	}
+	return err
 }
