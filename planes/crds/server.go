@@ -96,6 +96,10 @@ func (s *Server) SetStaticOpenAPI(f func() *spec.Swagger) { s.openapi.staticV2 =
 func (s *Server) EnsureStorages(_ context.Context, plane string) error {
 	entries, _ := s.index.List(plane)
 	for _, e := range entries {
+		if s.config.BuiltinGroups.Has(e.crd.Spec.Group) {
+			// Never served, so nothing was stored through it.
+			continue
+		}
 		if _, err := s.handlers.storage(e); err != nil {
 			return err
 		}
