@@ -17,6 +17,7 @@ import (
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/metrics"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Config is Options resolved into concrete values.
@@ -212,6 +213,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
 		MetricsWindow:               c.Options.MetricsWindow,
 		ManifestsDir:                c.ManifestsDir,
+		SnapshotStreams: snapshot.StreamLimits{
+			PerUser: c.Options.SnapshotMaxStreamsPerUser, Total: c.Options.SnapshotMaxStreams, MaxTimeout: c.Options.SnapshotMaxStreamTimeout,
+		},
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

@@ -52,6 +52,8 @@ type Config struct {
 	// WarmTimeout bounds how long a request waits for caches to sync
 	// (default 30s).
 	WarmTimeout time.Duration
+	// Streams bound the delta streams.
+	Streams StreamLimits
 }
 
 // Server serves snapshots and delta streams.
@@ -73,6 +75,10 @@ type Server struct {
 	encodings *encodings
 	floorMu   sync.Mutex
 	floors    map[weak.Pointer[planestorage.Store]]uint64
+
+	// taps feed the delta streams; streams counts them.
+	taps    *taps
+	streams *streamCounter
 }
 
 // New returns a snapshot server.
@@ -83,7 +89,10 @@ func New(config Config) *Server {
 	if config.EncodingCacheBytes == 0 {
 		config.EncodingCacheBytes = 256 << 20
 	}
-	s := &Server{config: config, initial: map[weak.Pointer[planestorage.Store]]bool{}, floors: map[weak.Pointer[planestorage.Store]]uint64{}}
+	s := &Server{
+		config: config, initial: map[weak.Pointer[planestorage.Store]]bool{}, floors: map[weak.Pointer[planestorage.Store]]uint64{},
+		taps: newTaps(defaultTapSettings()), streams: newStreamCounter(config.Streams),
+	}
 	if config.EncodingCacheBytes > 0 {
 		s.encodings = newEncodings(config.EncodingCacheBytes, 2*time.Minute)
 	}
@@ -172,6 +181,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if opts.Watch {
+		// A stream is a watch for the handler chain (no request timeout,
+		// no max-in-flight seat): these limits are its only bound.
+		release, err := s.streams.acquire(plane, u.GetName())
+		if err != nil {
+			s.writeError(w, req, err)
+			return
+		}
+		defer release()
 		s.serveStream(w, req, plane, targets, opts)
 		return
 	}
