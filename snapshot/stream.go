@@ -187,7 +187,6 @@ func (s *Server) pump(ctx context.Context, w io.Writer, out *http.ResponseContro
 	ticker := time.NewTicker(bookmarkInterval)
 	defer ticker.Stop()
 	positions := make([]uint64, len(st.targets))
-	buf := &bytes.Buffer{}
 	var spare []queued
 	for {
 		var ok bool
@@ -197,7 +196,7 @@ func (s *Server) pump(ctx context.Context, w io.Writer, out *http.ResponseContro
 		case <-shutdown:
 			return
 		case <-sub.notify:
-			if spare, ok = drain(w, buf, sub, st, plane, spare); !ok {
+			if spare, ok = drain(w, sub, st, plane, spare); !ok {
 				return
 			}
 		case <-ticker.C:
@@ -206,15 +205,13 @@ func (s *Server) pump(ctx context.Context, w io.Writer, out *http.ResponseContro
 			for _, j := range sub.joined {
 				positions[j.target] = j.tap.at.Load()
 			}
-			if spare, ok = drain(w, buf, sub, st, plane, spare); !ok {
+			if spare, ok = drain(w, sub, st, plane, spare); !ok {
 				return
 			}
 			st.reached(positions)
 			if rv, advanced := st.advanced(); advanced {
-				buf.Reset()
-				_ = writeJSON(buf, bookmark(rv))
-				buf.WriteByte('\n')
-				if _, err := w.Write(buf.Bytes()); err != nil {
+				line, _ := json.Marshal(bookmark(rv))
+				if _, err := w.Write(append(line, '\n')); err != nil {
 					return
 				}
 			}
@@ -223,20 +220,38 @@ func (s *Server) pump(ctx context.Context, w io.Writer, out *http.ResponseContro
 	}
 }
 
-// drain writes what is queued for the stream; false: the stream is over.
-func drain(w io.Writer, buf *bytes.Buffer, sub *subscriber, st *streamState, plane string, spare []queued) ([]queued, bool) {
+// spareQueue is the largest queue a stream keeps for reuse between
+// batches; a bigger one (a catch-up) is left to the garbage collector.
+const spareQueue = 256
+
+// drain writes what is queued for the stream and returns the queue to
+// reuse; false: the stream is over. Its buffer is borrowed for the batch:
+// an idle stream holds none.
+func drain(w io.Writer, sub *subscriber, st *streamState, plane string, spare []queued) ([]queued, bool) {
 	q, lost := sub.take(spare)
-	defer clear(q)
-	buf.Reset()
+	if len(q) == 0 && lost == nil {
+		return q, true
+	}
+	ok := writeQueued(w, q, lost, st, plane)
+	clear(q)
+	if cap(q) > spareQueue {
+		q = nil
+	}
+	return q, ok
+}
+
+func writeQueued(w io.Writer, q []queued, lost *lostPlace, st *streamState, plane string) bool {
+	buf := getBuffer()
+	defer putBuffer(buf)
 	for _, item := range q {
 		if err := st.apply(buf, item); err != nil {
 			writeErrorEvent(buf, apierrors.NewInternalError(err))
 			_, _ = w.Write(buf.Bytes())
-			return q, false
+			return false
 		}
 		if buf.Len() >= writeChunk {
 			if _, err := w.Write(buf.Bytes()); err != nil {
-				return q, false
+				return false
 			}
 			buf.Reset()
 		}
@@ -248,10 +263,10 @@ func drain(w io.Writer, buf *bytes.Buffer, sub *subscriber, st *streamState, pla
 	}
 	if buf.Len() > 0 {
 		if _, err := w.Write(buf.Bytes()); err != nil {
-			return q, false
+			return false
 		}
 	}
-	return q, lost == nil
+	return lost == nil
 }
 
 // streamState tracks how far each resource of a stream has got and, under
@@ -330,7 +345,7 @@ func (st *streamState) apply(line *bytes.Buffer, q queued) error {
 	if !ok {
 		return nil
 	}
-	return writeEvent(line, typ, t, q.event.obj)
+	return writeEvent(line, typ, t, q.event.obj, q.event.memo)
 }
 
 // visible is the type of the event the client sees (none: false). Under
@@ -386,16 +401,19 @@ func eventType(t watch.EventType) (string, bool) {
 }
 
 // writeEvent writes one event line. Events handed out by a tap share one
-// encoding of their object (the cache's serialization cache) between every
-// stream they reach, so concurrent streams of a plane encode each change
-// once.
-func writeEvent(line *bytes.Buffer, typ string, t *target, obj runtime.Object) error {
+// encoding of their object (the cache's serialization cache, or memo for
+// an event from the cache's history) between every stream they reach, so
+// concurrent streams of a plane encode each change once.
+func writeEvent(line *bytes.Buffer, typ string, t *target, obj runtime.Object, memo *encodingMemo) error {
+	id := runtime.Identifier("kplane-snapshot:" + t.gvr.GroupVersion().String())
 	return writeLine(line, typ, t, func(b *bytes.Buffer) error {
 		cacheable, ok := obj.(runtime.CacheableObject)
+		if !ok && memo != nil {
+			return memo.encode(id, b, func(b *bytes.Buffer) error { return t.enc.encode(b, obj) })
+		}
 		if !ok {
 			return t.enc.encode(b, obj)
 		}
-		id := runtime.Identifier("kplane-snapshot:" + t.gvr.GroupVersion().String())
 		return cacheable.CacheEncode(id, func(o runtime.Object, w io.Writer) error {
 			enc := &bytes.Buffer{}
 			if err := t.enc.encode(enc, o); err != nil {

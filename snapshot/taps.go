@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -390,6 +391,12 @@ func (tp *tap) handleLocked(ev watch.Event) bool {
 		return true
 	}
 	e := tapEvent{rv: rv, plane: planes.OfObject(ev.Object), typ: ev.Type, obj: ev.Object}
+	if _, ok := ev.Object.(runtime.CacheableObject); !ok {
+		// An event from the cache's history carries a copy of the object
+		// without the cache's serialization cache: the streams it reaches
+		// share this one.
+		e.memo = &encodingMemo{}
+	}
 	tp.ring.add(e)
 	for s := range tp.subs[e.plane] {
 		if e.rv <= s.from || !s.sub.wants(e) {
@@ -409,6 +416,38 @@ type tapEvent struct {
 	plane string
 	typ   watch.EventType
 	obj   runtime.Object
+	// memo keeps the encoding of an object that has no serialization
+	// cache of its own (nil: obj is a runtime.CacheableObject).
+	memo *encodingMemo
+}
+
+// encodingMemo is one object's encoding, shared by the streams that write
+// it.
+type encodingMemo struct {
+	mu   sync.Mutex
+	id   runtime.Identifier
+	data []byte
+}
+
+// encode appends the encoding of id to w, encoding it only the first
+// time. An object is written in one version by all streams of its plane;
+// another id is encoded without being kept.
+func (m *encodingMemo) encode(id runtime.Identifier, w *bytes.Buffer, encode func(*bytes.Buffer) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data != nil {
+		if m.id == id {
+			w.Write(m.data)
+			return nil
+		}
+		return encode(w)
+	}
+	start := w.Len()
+	if err := encode(w); err != nil {
+		return err
+	}
+	m.id, m.data = id, bytes.Clone(w.Bytes()[start:])
+	return nil
 }
 
 // history is a ring of a resource's latest events, every plane's.

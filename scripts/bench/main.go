@@ -110,7 +110,7 @@ func main() {
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		case "streams":
-			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects})
+			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:
 			results, err = side.run(scenario, bin, *workers, *configmaps, *bootstrap)
 		}

@@ -24,6 +24,9 @@ type streamsParams struct {
 	Streams int // delta streams opened on one plane
 	Users   int // identities they are spread over (Streams/Users each: the per-user limit)
 	Objects int // objects in the plane, 10 kinds
+	// ProfileDir, when set, receives heap profiles before and with the
+	// streams open.
+	ProfileDir string
 }
 
 // streamsScenario opens Streams snapshot delta streams of every resource of
@@ -67,6 +70,9 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if err := profile(s, p.ProfileDir, "streams-before"); err != nil {
+		return Result{}, err
+	}
 	began := time.Now()
 	if err := b.open(ctx, p.Streams, p.Users); err != nil {
 		b.closeAll()
@@ -75,6 +81,9 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 	openTook := time.Since(began)
 	opened := float64(len(b.streams))
 	with, err := s.settledUsage()
+	if err == nil {
+		err = profile(s, p.ProfileDir, "streams-open")
+	}
 	if err != nil {
 		b.closeAll()
 		return Result{}, err
@@ -103,6 +112,8 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 		"goroutines_delta":           with.goroutines - before.goroutines,
 		"goroutines_per_stream":      (with.goroutines - before.goroutines) / opened,
 		"goroutines_after_close":     after.goroutines,
+		"heap_delta_mib":             (with.heap - before.heap) / (1 << 20),
+		"stacks_delta_mib":           (with.stacks - before.stacks) / (1 << 20),
 		"delivery_p50_ms":            ms(percentile(delivery, 0.50)),
 		"delivery_p99_ms":            ms(percentile(delivery, 0.99)),
 		"delivery_all_ms":            ms(delivery[len(delivery)-1]),
@@ -182,6 +193,8 @@ func prepareStreamsPlane(ctx context.Context, s *server, plane string, objects i
 type usage struct {
 	rss        float64
 	goroutines float64
+	heap       float64 // Go heap in use
+	stacks     float64 // goroutine stacks in use
 }
 
 // settledUsage reads RSS and goroutines after a forced GC, once the
@@ -207,8 +220,15 @@ func (s *server) settledUsage() (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	g, err := s.metric("go_goroutines")
-	return usage{rss: rss, goroutines: g}, err
+	u := usage{rss: rss}
+	for name, v := range map[string]*float64{
+		"go_goroutines": &u.goroutines, "go_memstats_heap_inuse_bytes": &u.heap, "go_memstats_stack_inuse_bytes": &u.stacks,
+	} {
+		if *v, err = s.metric(name); err != nil {
+			return u, err
+		}
+	}
+	return u, nil
 }
 
 // usageBackTo waits (up to 30 s) until the goroutines are back within 5%
