@@ -79,6 +79,7 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 		return Result{}, err
 	}
 	openTook := time.Since(began)
+	var firstLine time.Duration
 	opened := float64(len(b.streams))
 	with, err := s.settledUsage()
 	if err == nil {
@@ -89,6 +90,9 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 		return Result{}, err
 	}
 	delivery, err := b.deliver(ctx)
+	if err == nil {
+		firstLine, err = b.firstLine(ctx)
+	}
 	if err != nil {
 		b.closeAll()
 		return Result{}, err
@@ -117,6 +121,7 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 		"delivery_p50_ms":            ms(percentile(delivery, 0.50)),
 		"delivery_p99_ms":            ms(percentile(delivery, 0.99)),
 		"delivery_all_ms":            ms(delivery[len(delivery)-1]),
+		"initial_first_line_ms":      ms(firstLine),
 		"refused_past_limit":         float64(refused),
 		"refusal_max_ms":             ms(refusalMax),
 		"refusals_with_retry_after":  float64(retryAfter),
@@ -130,6 +135,7 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 	notes := []string{
 		"every stream covers every resource of the plane, from a snapshot's resourceVersion, one HTTP/1.1 connection each (TLS on loopback)",
 		"RSS and goroutines are read after a forced GC once the goroutine count has settled",
+		"initial_first_line_ms: one more stream, without resourceVersion or timeoutSeconds, opened while the others are: until its first line (the state) arrives",
 		"goal for 200 streams: RSS +40 MiB at most, goroutines +2,000 at most",
 	}
 	if !limited {
@@ -390,6 +396,30 @@ func (b *streamBench) deliver(ctx context.Context) ([]time.Duration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, nil
+}
+
+// firstLine opens one more stream, without resourceVersion and without
+// timeoutSeconds, while the others are open, and returns how long its
+// first line (the plane's state starts with it) took to arrive.
+func (b *streamBench) firstLine(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.s.config(b.plane).Host+"/snapshot?watch=true", nil)
+	req.Header.Set("Authorization", "Bearer "+b.s.token)
+	began := time.Now()
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("stream from the current state: %s", resp.Status)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		return 0, fmt.Errorf("first line of a stream from the current state (%d bytes): %w", len(line), err)
+	}
+	return time.Since(began), nil
 }
 
 // probe opens one more stream per identity: each past its limit. It
