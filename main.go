@@ -89,6 +89,12 @@ func serverCommand() *cli.Command {
 				Usage: "how many of the busiest planes get a request series of their own on /metrics"},
 			&cli.DurationFlag{Name: "metrics-window", Value: o.MetricsWindow, Destination: &o.MetricsWindow, EnvVars: []string{"KPLANE_METRICS_WINDOW"},
 				Usage: "period over which planes are ranked for /metrics"},
+			&cli.IntFlag{Name: "snapshot-max-streams-per-user", Value: o.SnapshotMaxStreamsPerUser, Destination: &o.SnapshotMaxStreamsPerUser, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAMS_PER_USER"},
+				Usage: "the most snapshot delta streams one user of a plane holds open at once; past it 429 (0: no limit)"},
+			&cli.IntFlag{Name: "snapshot-max-streams", Value: o.SnapshotMaxStreams, Destination: &o.SnapshotMaxStreams, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAMS"},
+				Usage: "the most snapshot delta streams the server holds open at once; past it 429 (0: no limit)"},
+			&cli.DurationFlag{Name: "snapshot-max-stream-timeout", Value: o.SnapshotMaxStreamTimeout, Destination: &o.SnapshotMaxStreamTimeout, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAM_TIMEOUT"},
+				Usage: "longest a snapshot delta stream runs; a stream's timeoutSeconds can only shorten it"},
 		},
 		Action: func(c *cli.Context) error {
 			o.TLSSANs = c.StringSlice("tls-san")

@@ -18,6 +18,7 @@ import (
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/metrics"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Config is Options resolved into concrete values.
@@ -217,6 +218,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MetricsWindow:               c.Options.MetricsWindow,
 		ManifestsDir:                c.ManifestsDir,
 		ReadyzChecks:                []healthz.HealthChecker{c.Certificates.ReadyzCheck()},
+		SnapshotStreams: snapshot.StreamLimits{
+			PerUser: c.Options.SnapshotMaxStreamsPerUser, Total: c.Options.SnapshotMaxStreams, MaxTimeout: c.Options.SnapshotMaxStreamTimeout,
+		},
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/logging"
+	"kplane.dev/kplane/snapshot"
 )
 
 // Options are the user-facing settings of `kplane server`; every one is a
@@ -61,6 +62,13 @@ type Options struct {
 
 	// LogFormat is text or json; the start banner follows it.
 	LogFormat string
+
+	// SnapshotMaxStreamsPerUser and SnapshotMaxStreams bound the open
+	// snapshot delta streams per user of a plane and server-wide (0: no
+	// limit); SnapshotMaxStreamTimeout ends every stream at the latest.
+	SnapshotMaxStreamsPerUser int
+	SnapshotMaxStreams        int
+	SnapshotMaxStreamTimeout  time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -77,6 +85,9 @@ func NewOptions() *Options {
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",
+		SnapshotMaxStreamsPerUser:   snapshot.DefaultMaxStreamsPerUser,
+		SnapshotMaxStreams:          snapshot.DefaultMaxStreams,
+		SnapshotMaxStreamTimeout:    snapshot.DefaultMaxStreamTimeout,
 	}
 }
 
@@ -126,6 +137,12 @@ func (o *Options) Validate() error {
 	}
 	if o.MetricsWindow < time.Second {
 		errs = append(errs, fmt.Sprintf("--metrics-window %s: want at least 1s", o.MetricsWindow))
+	}
+	if o.SnapshotMaxStreamsPerUser < 0 || o.SnapshotMaxStreams < 0 {
+		errs = append(errs, "--snapshot-max-streams-per-user and --snapshot-max-streams must not be negative (0: no limit)")
+	}
+	if o.SnapshotMaxStreamTimeout < time.Second {
+		errs = append(errs, fmt.Sprintf("--snapshot-max-stream-timeout %s: want at least 1s", o.SnapshotMaxStreamTimeout))
 	}
 	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())

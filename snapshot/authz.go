@@ -33,7 +33,8 @@ func PathAuthorizer() authorizer.Authorizer {
 // RequestInfoResolver marks a delta stream (GET /snapshot?watch=true) as
 // a watch, so that every filter that treats watches specially does so for
 // it too: no request timeout, no max-in-flight slot, closed on shutdown and
-// when its plane is deleted.
+// when its plane is deleted. The snapshot server bounds streams itself
+// (StreamLimits).
 type RequestInfoResolver struct {
 	Delegate request.RequestInfoResolver
 }

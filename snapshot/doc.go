@@ -10,8 +10,16 @@
 // and without the server-internal plane annotation. No call reads the
 // datastore; the encoding of each object is kept while the object is
 // unchanged and read, so repeated snapshots of a plane encode only what
-// changed. The delta stream is one plane-scoped watch per resource on the
-// same caches, merged into newline-delimited JSON events.
+// changed.
+//
+// The delta stream reads from taps: one cross-plane watch per resource on
+// the same caches, started when a stream first needs that resource and
+// shared by every stream of every plane, which hands each event to the
+// streams of its plane and keeps the resource's latest events for streams
+// that start a little behind it. A stream holds no watch of its own, only
+// a queue; a plane without streams costs nothing. Streams are bounded per
+// user of a plane and server-wide (429 beyond) and end after a server
+// maximum at the latest.
 //
 // The package owns the request (query parameters, resource names), the
 // authorization of every resource it reads (list for a snapshot, watch for

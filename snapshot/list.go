@@ -47,6 +47,10 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 		resources = append(resources, l)
 	}
 	s.catchUp(ctx, resources, opts)
+	if rv, ok := resumeVersion(resources); ok {
+		// Taps started soon after reach back to it.
+		s.taps.handedOut.record(rv, taken)
+	}
 	defer s.encodings.sweep(taken)
 	buf := getBuffer()
 	defer putBuffer(buf)

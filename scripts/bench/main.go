@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -58,6 +58,9 @@ func main() {
 	busyPlanes := flag.Int("busy-planes", 100, "other planes written to during the snapshot scenario")
 	busyRate := flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
 	snapshotCalls := flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
+	streams := flag.Int("streams", 200, "snapshot delta streams opened on one plane in the streams scenario")
+	streamUsers := flag.Int("stream-users", 4, "identities the streams are spread over (each at its per-identity limit)")
+	streamObjects := flag.Int("stream-objects", 100, "objects (10 kinds) in the plane of the streams scenario")
 	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	churnSettle := flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
@@ -79,6 +82,7 @@ func main() {
 		*planes, *cycles, *fleetReplicas, *crdCycles = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10), min(*crdCycles, 20)
 		*churnSettle = min(*churnSettle, time.Second)
 		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
+		*streams, *streamObjects = min(*streams, 20), min(*streamObjects, 20)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -111,6 +115,8 @@ func main() {
 			res, err = crdChurn(bin, crdChurnParams{Cycles: *crdCycles, Old: *oldBinary, ProfileDir: *profileDir, Settle: *churnSettle})
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
+		case "streams":
+			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:
 			results, err = side.run(scenario, bin, *workers, *configmaps, *bootstrap)
 		}

@@ -44,7 +44,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot)
+	streams, err := streamsScenario(binary, streamsParams{Streams: 8, Users: 4, Objects: 20})
+	if err != nil {
+		t.Fatalf("streams: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -60,7 +64,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {

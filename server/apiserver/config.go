@@ -99,6 +99,8 @@ type Config struct {
 	// own on /metrics; MetricsWindow is the period they are ranked over.
 	MetricsTopPlanes int
 	MetricsWindow    time.Duration
+	// SnapshotStreams bound the snapshot delta streams.
+	SnapshotStreams snapshot.StreamLimits
 	// ManifestsDir holds manifests kept applied (empty: none).
 	ManifestsDir string
 	// ReadyzChecks are added to /readyz; a grouped one is also served on
@@ -433,6 +435,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		},
 		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
 		Serializer: c.controlPlane.Generic.Serializer,
+		Streams:    c.config.SnapshotStreams,
 	}))
 
 	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
