@@ -3,12 +3,14 @@ package clusterroleaggregation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,13 +35,6 @@ const FieldManager = "clusterrole-aggregation-controller"
 
 var clusterRoles = rbacv1.Resource("clusterroles")
 
-// settle is how long a plane's ClusterRoles may keep changing before they
-// are aggregated. A plane's bootstrap writes all its roles at once (in
-// parallel, the aggregated ones already filled in); aggregating while it
-// is under way would apply rules from half the roles, then apply again.
-// Later events of the plane during the wait add no delay.
-const settle = time.Second
-
 // Config is what the controller works with.
 type Config struct {
 	// Client addresses the plane in each call's context (loopback.Controller).
@@ -54,6 +49,7 @@ type Controller struct {
 	config Config
 	client kubernetes.Interface
 	queue  workqueue.TypedRateLimitingInterface[string]
+	quiet  *quiet
 }
 
 // New returns a controller; Run starts it.
@@ -65,7 +61,7 @@ func New(config Config) (*Controller, error) {
 	if config.Workers <= 0 {
 		config.Workers = 2
 	}
-	return &Controller{config: config, client: client,
+	return &Controller{config: config, client: client, quiet: newQuiet(time.Now),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_clusterrole_aggregation"})}, nil
 }
@@ -75,12 +71,17 @@ func (c *Controller) Wants(r schema.GroupResource) bool { return r == clusterRol
 
 // Upsert implements controllers.Subscriber.
 func (c *Controller) Upsert(_ schema.GroupResource, obj runtime.Object) {
-	c.queue.AddAfter(planes.OfObject(obj), settle)
+	c.changed(planes.OfObject(obj))
 }
 
 // Delete implements controllers.Subscriber.
 func (c *Controller) Delete(_ schema.GroupResource, obj runtime.Object) {
-	c.queue.AddAfter(planes.OfObject(obj), settle)
+	c.changed(planes.OfObject(obj))
+}
+
+func (c *Controller) changed(plane string) {
+	c.quiet.changed(plane)
+	c.queue.AddAfter(plane, settle)
 }
 
 // Run aggregates until ctx is done.
@@ -97,6 +98,13 @@ func (c *Controller) worker(ctx context.Context) {
 		plane, quit := c.queue.Get()
 		if quit {
 			return
+		}
+		if left := c.quiet.wait(plane); left > 0 {
+			// Changed again since it was queued: wait for the quiet.
+			c.queue.Done(plane)
+			c.queue.Forget(plane)
+			c.queue.AddAfter(plane, left)
+			continue
 		}
 		err := c.sync(planes.WithPlane(ctx, plane))
 		c.queue.Done(plane)
@@ -164,6 +172,7 @@ func (c *Controller) list(ctx context.Context) ([]*rbac.ClusterRole, error) {
 // once. It is upstream's syncClusterRole over roles already sorted.
 func aggregate(role *rbac.ClusterRole, sorted []*rbac.ClusterRole) ([]rbac.PolicyRule, error) {
 	rules := []rbac.PolicyRule{}
+	seen := map[string]bool{}
 	for i := range role.AggregationRule.ClusterRoleSelectors {
 		selector, err := metav1.LabelSelectorAsSelector(&role.AggregationRule.ClusterRoleSelectors[i])
 		if err != nil {
@@ -174,7 +183,8 @@ func aggregate(role *rbac.ClusterRole, sorted []*rbac.ClusterRole) ([]rbac.Polic
 				continue
 			}
 			for _, rule := range other.Rules {
-				if !containsRule(rules, rule) {
+				if key := ruleKey(rule); !seen[key] {
+					seen[key] = true
 					rules = append(rules, rule)
 				}
 			}
@@ -189,26 +199,33 @@ func aggregate(role *rbac.ClusterRole, sorted []*rbac.ClusterRole) ([]rbac.Polic
 // plane's admin, edit and view only to reorder them would cost each plane
 // three writes for nothing.
 func sameRules(a, b []rbac.PolicyRule) bool {
-	for _, rule := range a {
-		if !containsRule(b, rule) {
-			return false
-		}
-	}
-	for _, rule := range b {
-		if !containsRule(a, rule) {
-			return false
-		}
-	}
-	return true
+	return maps.Equal(ruleSet(a), ruleSet(b))
 }
 
-func containsRule(haystack []rbac.PolicyRule, needle rbac.PolicyRule) bool {
-	for _, rule := range haystack {
-		if equality.Semantic.DeepEqual(rule, needle) {
-			return true
-		}
+func ruleSet(rules []rbac.PolicyRule) map[string]bool {
+	set := make(map[string]bool, len(rules))
+	for _, rule := range rules {
+		set[ruleKey(rule)] = true
 	}
-	return false
+	return set
+}
+
+// ruleKey identifies a rule by content: equal keys for rules upstream's
+// semantic equality finds equal (a nil and an empty list alike), without
+// its reflection, which dominated a sync's cost.
+func ruleKey(rule rbac.PolicyRule) string {
+	var b strings.Builder
+	for _, list := range [][]string{rule.Verbs, rule.APIGroups, rule.Resources, rule.ResourceNames, rule.NonResourceURLs} {
+		b.WriteString(strconv.Itoa(len(list)))
+		for _, item := range list {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(len(item)))
+			b.WriteByte(':')
+			b.WriteString(item)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
 }
 
 func toApply(rules []rbac.PolicyRule) []*rbacv1ac.PolicyRuleApplyConfiguration {

@@ -2,6 +2,7 @@ package clusterroleaggregation
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,5 +72,42 @@ func TestSameRules(t *testing.T) {
 	}
 	if !sameRules(nil, []rbac.PolicyRule{}) {
 		t.Error("nil and empty rules are the same")
+	}
+	if !sameRules([]rbac.PolicyRule{{Verbs: []string{"get"}}}, []rbac.PolicyRule{{Verbs: []string{"get"}, Resources: []string{}}}) {
+		t.Error("a nil and an empty list in a rule are the same")
+	}
+	for _, pair := range [][2]rbac.PolicyRule{
+		{{Verbs: []string{"get"}}, {Resources: []string{"get"}}},
+		{{Verbs: []string{"a:b"}}, {Verbs: []string{"a", "b"}}},
+		{{Verbs: []string{""}}, {Verbs: []string{}}},
+		{{Verbs: []string{"a"}, APIGroups: []string{"b"}}, {Verbs: []string{"a", "b"}}},
+	} {
+		if sameRules(pair[:1], pair[1:]) {
+			t.Errorf("%+v and %+v are different rules", pair[0], pair[1])
+		}
+	}
+}
+
+// TestQuiet: a plane is due once its roles have not changed for settle,
+// however long they kept changing before, and is then forgotten.
+func TestQuiet(t *testing.T) {
+	now := time.Unix(0, 0)
+	q := newQuiet(func() time.Time { return now })
+	if q.wait("unknown") != 0 {
+		t.Fatal("a plane without changes is due")
+	}
+	q.changed("p")
+	now = now.Add(settle / 2)
+	q.changed("p")
+	now = now.Add(settle / 2)
+	if left := q.wait("p"); left != settle/2 {
+		t.Fatalf("changed half a settle ago: %s left, want %s", left, settle/2)
+	}
+	now = now.Add(settle / 2)
+	if left := q.wait("p"); left != 0 {
+		t.Fatalf("quiet for a settle: %s left", left)
+	}
+	if len(q.last) != 0 {
+		t.Fatal("a due plane is forgotten")
 	}
 }

@@ -11,8 +11,13 @@
 // queue fed by one informer. So this package carries the same logic over
 // the shared watch cache. A work item is a plane: any ClusterRole event of
 // the plane queues it (as upstream queues every aggregated role on any
-// event), a second later so that a bootstrap under way is not aggregated
-// half-written, and one sync recomputes the plane's aggregated roles from
-// the cache and applies those whose rules changed through the plane's
-// loopback client. Nothing is held per plane between syncs.
+// event) and is synced once the plane's roles have not changed for a
+// second, so that a bootstrap under way is not aggregated half-written. One
+// sync recomputes the plane's aggregated roles from the cache and applies
+// those whose rules changed through the plane's loopback client. Nothing
+// is held per plane between syncs.
+//
+// Rules are compared as sets: bootstrap roles already hold their aggregate
+// (in the policy's order), and reordering them would cost every plane
+// writes for nothing.
 package clusterroleaggregation
