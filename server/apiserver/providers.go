@@ -38,7 +38,7 @@ func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvide
 	return []controlplaneapiserver.RESTStorageProvider{
 		core,
 		apiserverinternalrest.StorageProvider{},
-		authenticationrest.RESTStorageProvider{Authenticator: c.Generic.Authentication.Authenticator, APIAudiences: c.Generic.Authentication.APIAudiences},
+		planeTokenReviews{authenticationrest.RESTStorageProvider{Authenticator: c.Generic.Authentication.Authenticator, APIAudiences: c.Generic.Authentication.APIAudiences}},
 		authorizationrest.RESTStorageProvider{Authorizer: authz, RuleResolver: c.Generic.RuleResolver},
 		autoscalingrest.RESTStorageProvider{},
 		batchrest.RESTStorageProvider{},
