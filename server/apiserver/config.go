@@ -108,6 +108,9 @@ type EtcdConfig struct {
 	CAFile    string
 	CertFile  string
 	KeyFile   string
+	// CompactionInterval: how often the apiserver compacts the datastore
+	// up to the revision it saw one interval before (0: never).
+	CompactionInterval time.Duration
 }
 
 // CompletedConfig is a Config with the upstream apiserver configuration
@@ -271,6 +274,7 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile
 	o.Etcd.StorageConfig.Transport.CertFile = c.Etcd.CertFile
 	o.Etcd.StorageConfig.Transport.KeyFile = c.Etcd.KeyFile
+	o.Etcd.StorageConfig.CompactionInterval = c.Etcd.CompactionInterval
 
 	o.Authentication.Anonymous.Allow = false
 	o.Authentication.ClientCert.ClientCA = c.ClientCAFile
