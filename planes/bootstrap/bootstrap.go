@@ -60,7 +60,7 @@ type Config struct {
 // Bootstrapper ensures planes are bootstrapped.
 type Bootstrapper struct {
 	config Config
-	rbac   rbacObjects
+	policy policyObjectList
 
 	known sync.Map // plane id -> struct{}
 	group singleflight.Group
@@ -68,7 +68,7 @@ type Bootstrapper struct {
 
 // New returns a Bootstrapper.
 func New(config Config) *Bootstrapper {
-	return &Bootstrapper{config: config, rbac: policyObjects(config.Policy)}
+	return &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
 }
 
 // Known reports whether plane was bootstrapped by this process.
@@ -125,7 +125,7 @@ func (b *Bootstrapper) bootstrap(ctx context.Context) error {
 		// written here, a ready plane accepts Pods at once.
 		g.Go(func() error { return b.write(gctx, "serviceaccounts", defaultServiceAccount(ns)) })
 	}
-	for _, obj := range b.rbac.all() {
+	for _, obj := range b.policy.all() {
 		g.Go(func() error { return b.write(gctx, obj.resource, obj.object) })
 	}
 	return g.Wait()

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
@@ -24,6 +24,7 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
@@ -154,7 +155,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		completed,
-		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		resourceConfig(),
 		generatedopenapi.GetOpenAPIDefinitions,
 		nil,
@@ -336,7 +337,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
 		services:   servicesConfig(c.config),
 	}
-	providers, err := storageProviders(c.controlPlane, core)
+	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
 	if err != nil {
 		return nil, err
 	}
@@ -367,15 +368,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.saRegistries.Secrets = core.registries.Secrets
 	c.saRegistries.Nodes = core.registries.Nodes
 
-	coreStores := func(resource string) *planestorage.Store {
-		if gr := (schema.GroupResource{Group: rbacv1.GroupName, Resource: resource}); strings.HasPrefix(resource, "cluster") || strings.HasPrefix(resource, "role") {
-			return c.storage.Storage(gr)
-		}
-		return c.storage.Storage(schema.GroupResource{Resource: resource})
-	}
 	boot := bootstrap.New(bootstrap.Config{
 		Namespaces:  core.registries.Namespaces,
-		Stores:      coreStores,
+		Stores:      c.bootstrapStores,
 		CACert:      c.config.CACert,
 		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
 		ServicePort: int32(c.config.Port),
@@ -415,7 +410,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
 			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
 		},
-		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		Serializer: c.controlPlane.Generic.Serializer,
 	}))
 
@@ -504,4 +499,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		Fleets:           fleets,
 	}
 	return s, nil
+}
+
+// bootstrapGroups are the groups of the non-core resources bootstrap writes.
+var bootstrapGroups = map[string]string{
+	"clusterroles": rbacv1.GroupName, "clusterrolebindings": rbacv1.GroupName,
+	"roles": rbacv1.GroupName, "rolebindings": rbacv1.GroupName,
+	"flowschemas": flowcontrolv1.GroupName, "prioritylevelconfigurations": flowcontrolv1.GroupName,
+}
+
+// bootstrapStores returns the plane-scoped storage of a resource bootstrap
+// writes (core unless bootstrapGroups says otherwise).
+func (c CompletedConfig) bootstrapStores(resource string) *planestorage.Store {
+	return c.storage.Storage(schema.GroupResource{Group: bootstrapGroups[resource], Resource: resource})
 }

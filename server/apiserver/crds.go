@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	rbacinternal "k8s.io/kubernetes/pkg/apis/rbac"
@@ -53,7 +54,7 @@ func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) 
 	for _, gv := range legacyscheme.Scheme.PrioritizedVersionsAllGroups() {
 		builtin.Insert(gv.Group)
 	}
-	builtin.Insert(apiextensionsv1.GroupName)
+	builtin.Insert(apiextensionsv1.GroupName, apiregistration.GroupName)
 
 	generic := c.controlPlane.Generic
 	s := crds.New(crds.Config{
