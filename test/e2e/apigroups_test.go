@@ -70,6 +70,11 @@ func TestAPIGroupsDiscovery(t *testing.T) {
 		if i < 0 || groups.Groups[i].PreferredVersion.Version != version {
 			t.Errorf("/apis: group %s with preferred version %s missing", group, version)
 		}
+		var apiGroup metav1.APIGroup
+		getJSON(t, plane, "/apis/"+group, &apiGroup)
+		if apiGroup.PreferredVersion.GroupVersion != gv {
+			t.Errorf("/apis/%s: preferred version %q, want %s", group, apiGroup.PreferredVersion.GroupVersion, gv)
+		}
 		var resources metav1.APIResourceList
 		getJSON(t, plane, "/apis/"+gv, &resources)
 		for _, r := range addedGroups[gv] {
