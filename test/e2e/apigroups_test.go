@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -498,6 +499,27 @@ func TestAddedGroupsDeletedWithPlane(t *testing.T) {
 			t.Errorf("no key ending in %s among the plane's keys", want)
 		}
 	}
+	// The plane's snapshot holds them, encoded as the API serves them.
+	want := map[string]string{
+		"apiregistration.k8s.io/apiservices":                       "/v1.wiped.example.com",
+		"flowcontrol.apiserver.k8s.io/prioritylevelconfigurations": "/wiped-level",
+		"flowcontrol.apiserver.k8s.io/flowschemas":                 "/wiped-schema",
+		"storagemigration.k8s.io/storageversionmigrations":         "/wiped-migration",
+	}
+	eventually(t, 10*time.Second, "the snapshot holds the objects", func() (bool, error) {
+		items := mustSnapshot(t, plane, "").items()
+		for resource, name := range want {
+			obj, ok := items[resource][name]
+			if !ok {
+				return false, fmt.Errorf("no %s %s in the snapshot", resource, name)
+			}
+			if api, _ := obj["apiVersion"].(string); !strings.HasSuffix(api, "/v1") {
+				return false, fmt.Errorf("%s %s has apiVersion %q", resource, name, api)
+			}
+		}
+		return true, nil
+	})
+
 	if out, err := kplaneCmd(t, shared, "planes", "delete", plane); err != nil {
 		t.Fatalf("kplane planes delete: %v\n%s", err, out)
 	}
