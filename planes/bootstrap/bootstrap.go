@@ -44,8 +44,8 @@ type NamespaceStore interface {
 // Config says what a plane starts with and where to write it.
 type Config struct {
 	Namespaces NamespaceStore
-	// Stores returns the plane-scoped storage of a core or RBAC resource;
-	// objects without allocation are written straight to it.
+	// Stores returns the plane-scoped storage of a core, RBAC or flowcontrol
+	// resource; objects without allocation are written straight to it.
 	Stores func(resource string) *planestorage.Store
 	// CACert goes into every kube-root-ca.crt ConfigMap.
 	CACert []byte

@@ -57,9 +57,9 @@ type policyObjectList []policyObject
 
 func (r policyObjectList) all() []policyObject { return r }
 
-// policyObjects returns the RBAC objects of a bootstrap policy, with the
-// rules of aggregated roles filled in (admin, edit and view aggregate the
-// system:aggregate-to-* roles).
+// policyObjects returns the objects of a bootstrap policy: its RBAC, with
+// the rules of aggregated roles filled in (admin, edit and view aggregate
+// the system:aggregate-to-* roles), and in full the flowcontrol objects.
 func policyObjects(p Policy) policyObjectList {
 	roles := bootstrappolicy.ClusterRoles()
 	bindings := bootstrappolicy.ClusterRoleBindings()
