@@ -202,6 +202,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		ServiceAccountKey: c.ServiceAccountKey,
 		Etcd: apiserver.EtcdConfig{
 			Endpoints: store.Endpoints, CAFile: store.CAFile, CertFile: store.CertFile, KeyFile: store.KeyFile,
+			CompactionInterval: c.Options.CompactionInterval,
 		},
 		ServiceClusterIPRange:       c.ServiceCIDR,
 		NodePortRange:               c.NodePortRange,

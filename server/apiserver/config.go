@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
@@ -114,6 +115,9 @@ type EtcdConfig struct {
 	CAFile    string
 	CertFile  string
 	KeyFile   string
+	// CompactionInterval: how often the apiserver compacts the datastore
+	// up to the revision it saw one interval before (0: never).
+	CompactionInterval time.Duration
 }
 
 // CompletedConfig is a Config with the upstream apiserver configuration
@@ -157,7 +161,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		completed,
-		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		resourceConfig(),
 		generatedopenapi.GetOpenAPIDefinitions,
 		nil,
@@ -286,6 +290,7 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile
 	o.Etcd.StorageConfig.Transport.CertFile = c.Etcd.CertFile
 	o.Etcd.StorageConfig.Transport.KeyFile = c.Etcd.KeyFile
+	o.Etcd.StorageConfig.CompactionInterval = c.Etcd.CompactionInterval
 
 	o.Authentication.Anonymous.Allow = false
 	o.Authentication.ClientCert.ClientCA = c.ClientCAFile
@@ -354,7 +359,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
 		services:   servicesConfig(c.config),
 	}
-	providers, err := storageProviders(c.controlPlane, core)
+	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
 	if err != nil {
 		return nil, err
 	}
@@ -385,15 +390,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.saRegistries.Secrets = core.registries.Secrets
 	c.saRegistries.Nodes = core.registries.Nodes
 
-	coreStores := func(resource string) *planestorage.Store {
-		if gr := (schema.GroupResource{Group: rbacv1.GroupName, Resource: resource}); strings.HasPrefix(resource, "cluster") || strings.HasPrefix(resource, "role") {
-			return c.storage.Storage(gr)
-		}
-		return c.storage.Storage(schema.GroupResource{Resource: resource})
-	}
 	boot := bootstrap.New(bootstrap.Config{
 		Namespaces:  core.registries.Namespaces,
-		Stores:      coreStores,
+		Stores:      c.bootstrapStores,
 		CACert:      c.config.CACert,
 		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
 		ServicePort: int32(c.config.Port),
@@ -433,7 +432,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
 			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
 		},
-		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		Serializer: c.controlPlane.Generic.Serializer,
 		Streams:    c.config.SnapshotStreams,
 	}))
@@ -526,4 +525,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		Fleets:           fleets,
 	}
 	return s, nil
+}
+
+// bootstrapGroups are the groups of the non-core resources bootstrap writes.
+var bootstrapGroups = map[string]string{
+	"clusterroles": rbacv1.GroupName, "clusterrolebindings": rbacv1.GroupName,
+	"roles": rbacv1.GroupName, "rolebindings": rbacv1.GroupName,
+	"flowschemas": flowcontrolv1.GroupName, "prioritylevelconfigurations": flowcontrolv1.GroupName,
+}
+
+// bootstrapStores returns the plane-scoped storage of a resource bootstrap
+// writes (core unless bootstrapGroups says otherwise).
+func (c CompletedConfig) bootstrapStores(resource string) *planestorage.Store {
+	return c.storage.Storage(schema.GroupResource{Group: bootstrapGroups[resource], Resource: resource})
 }

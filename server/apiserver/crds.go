@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	rbacinternal "k8s.io/kubernetes/pkg/apis/rbac"
@@ -84,7 +85,7 @@ func builtinGroups() sets.Set[string] {
 	for _, gv := range legacyscheme.Scheme.PrioritizedVersionsAllGroups() {
 		builtin.Insert(gv.Group)
 	}
-	return builtin.Insert(apiextensionsv1.GroupName, "apiregistration.k8s.io")
+	return builtin.Insert(apiextensionsv1.GroupName, apiregistration.GroupName)
 }
 
 // rootOwnGroups are the groups of kplane's own API in the root plane, with
