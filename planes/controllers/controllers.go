@@ -76,12 +76,13 @@ func New(config Config) (*Controllers, error) {
 	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles}, nil
 }
 
-// Run starts every controller and returns when ctx is done.
-func (c *Controllers) Run(ctx context.Context) {
+// Run starts every controller and returns when ctx is done. phases says
+// which planes are bootstrapped.
+func (c *Controllers) Run(ctx context.Context, phases clusterroleaggregation.Phases) {
 	go c.namespaces.Run(ctx)
 	go c.accounts.Run(ctx)
 	go c.collector.Run(ctx)
-	go c.roles.Run(ctx)
+	go c.roles.Run(ctx, phases)
 	c.hub.run(ctx)
 	<-ctx.Done()
 }

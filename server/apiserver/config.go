@@ -499,7 +499,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 				return manager.HasSynced(), nil
 			}) == nil {
-				generic.Run(ctx)
+				generic.Run(ctx, manager)
 			}
 		}()
 		return nil

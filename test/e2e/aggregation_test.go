@@ -1,9 +1,10 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 var gadgetGVR = schema.GroupVersionResource{Group: "aggregation.example.org", Version: "v1", Resource: "gadgets"}
@@ -46,6 +49,14 @@ func hasRule(t *testing.T, c kubernetes.Interface, role string, rule rbacv1.Poli
 		return slices.Equal(got.APIGroups, rule.APIGroups) && slices.Equal(got.Resources, rule.Resources) &&
 			slices.Equal(got.Verbs, rule.Verbs) && len(got.ResourceNames) == 0 && len(got.NonResourceURLs) == 0
 	})
+}
+
+// expect is a condition's error: nil when ok, else what is still wrong.
+func expect(ok bool, wrong string) error {
+	if ok {
+		return nil
+	}
+	return errors.New(wrong)
 }
 
 // viewerGets reads the gadget as a user bound to view in plane and reports
@@ -86,9 +97,12 @@ func TestClusterRoleAggregation(t *testing.T) {
 		waitEstablished(t, s, plane, "gadgets.aggregation.example.org")
 		gadget := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "aggregation.example.org/v1", "kind": "Gadget",
 			"metadata": map[string]any{"name": "g", "namespace": "default"}}}
-		eventually(t, 30*time.Second, "gadget created in "+plane, func() (bool, error) {
+		framework.Eventually(t, framework.DefaultTimeout, "gadget created in "+plane, func(ctx context.Context) error {
 			_, err := s.Dynamic(t, plane).Resource(gadgetGVR).Namespace("default").Create(ctx, gadget, metav1.CreateOptions{})
-			return err == nil, err
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
 		})
 		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gadget-viewer"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
@@ -108,11 +122,13 @@ func TestClusterRoleAggregation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, aggregated := range []string{"view", "edit", "admin"} {
-		eventually(t, 30*time.Second, aggregated+" in "+a+" gains the rule", func() (bool, error) {
-			return hasRule(t, ca, aggregated, gadgetRule), nil
+		framework.Eventually(t, framework.DefaultTimeout, aggregated+" in "+a+" gains the rule", func(context.Context) error {
+			return expect(hasRule(t, ca, aggregated, gadgetRule), "rule missing")
 		})
 	}
-	eventually(t, 30*time.Second, "a viewer in "+a+" may get gadgets", func() (bool, error) { return viewerGets(t, a), nil })
+	framework.Eventually(t, framework.DefaultTimeout, "a viewer in "+a+" may get gadgets", func(context.Context) error {
+		return expect(viewerGets(t, a), "forbidden")
+	})
 
 	for _, aggregated := range []string{"view", "edit", "admin"} {
 		if hasRule(t, cb, aggregated, gadgetRule) {
@@ -127,11 +143,13 @@ func TestClusterRoleAggregation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, aggregated := range []string{"view", "edit", "admin"} {
-		eventually(t, 30*time.Second, aggregated+" in "+a+" loses the rule", func() (bool, error) {
-			return !hasRule(t, ca, aggregated, gadgetRule), nil
+		framework.Eventually(t, framework.DefaultTimeout, aggregated+" in "+a+" loses the rule", func(context.Context) error {
+			return expect(!hasRule(t, ca, aggregated, gadgetRule), "rule still there")
 		})
 	}
-	eventually(t, 30*time.Second, "a viewer in "+a+" may no longer get gadgets", func() (bool, error) { return !viewerGets(t, a), nil })
+	framework.Eventually(t, framework.DefaultTimeout, "a viewer in "+a+" may no longer get gadgets", func(context.Context) error {
+		return expect(!viewerGets(t, a), "still allowed")
+	})
 	// What view aggregates from the bootstrap policy is still granted.
 	cfg := s.RESTConfig(a)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "gadget-viewer"}

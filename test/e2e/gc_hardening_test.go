@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 // ghostOwners are references to owners that never existed. The collector
@@ -64,15 +65,17 @@ func TestGCKeepsDependentThatGainedAnOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		raced++
-		eventually(t, 30*time.Second, name+" keeps only its live owner", func() (bool, error) {
+		framework.Eventually(t, framework.DefaultTimeout, name+" keeps only its live owner", func(ctx context.Context) error {
 			got, err := cms.Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				t.Fatalf("round %d: %s was deleted although it had a live owner", i, name)
+			switch {
+			case apierrors.IsNotFound(err):
+				return framework.Stop(fmt.Errorf("round %d: %s was deleted although it had a live owner", i, name))
+			case err != nil:
+				return err
+			case len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != owner.UID:
+				return fmt.Errorf("%d owner references left", len(got.OwnerReferences))
 			}
-			if err != nil {
-				return false, err
-			}
-			return len(got.OwnerReferences) == 1 && got.OwnerReferences[0].UID == owner.UID, nil
+			return nil
 		})
 	}
 	t.Logf("the update reached the dependent before the collector's deletion in %d of %d rounds", raced, rounds)
@@ -165,7 +168,12 @@ func TestGCDependencyCircle(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, name := range names {
-				eventually(t, 60*time.Second, m.kind+" "+name+" deleted", func() (bool, error) { return gone(m.get(name)) })
+				framework.Eventually(t, framework.DefaultTimeout, m.kind+" "+name+" deleted", func(context.Context) error {
+					if err := m.get(name); !apierrors.IsNotFound(err) {
+						return fmt.Errorf("not deleted: %v", err)
+					}
+					return nil
+				})
 			}
 		})
 	}

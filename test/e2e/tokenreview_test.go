@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 // review posts a TokenReview of token with c and returns its status.
@@ -92,6 +95,24 @@ func TestTokenReviewPerPlane(t *testing.T) {
 	expectRejected(t, "plane A's kubeconfig token in plane B", review(t, adminB, tenantToken))
 	expectRejected(t, "plane A's kubeconfig token in root", review(t, root, tenantToken))
 
+	// A token for another audience is authenticated for that audience only,
+	// as upstream reviews it.
+	vault, err := adminA.CoreV1().ServiceAccounts("default").CreateToken(ctx, "reviewed",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"vault"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tenantA.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: vault.Status.Token, Audiences: []string{"vault"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectAuthenticatedAs(t, "token for audience vault reviewed for vault", r.Status, want)
+	if !slices.Equal(r.Status.Audiences, []string{"vault"}) {
+		t.Fatalf("audiences of the review: %v, want [vault]", r.Status.Audiences)
+	}
+	expectRejected(t, "token for audience vault reviewed for the server", review(t, tenantA, vault.Status.Token))
+
 	// The admin token authenticates requests to every plane; a review
 	// answers the same.
 	for plane, c := range map[string]kubernetes.Interface{a: tenantA, b: adminB, "root": root} {
@@ -103,8 +124,11 @@ func TestTokenReviewPerPlane(t *testing.T) {
 	if err := adminA.CoreV1().ServiceAccounts("default").Delete(ctx, "reviewed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "token of a deleted service account rejected", func() (bool, error) {
-		return !review(t, tenantA, saToken).Authenticated, nil
+	framework.Eventually(t, framework.DefaultTimeout, "token of a deleted service account rejected", func(context.Context) error {
+		if review(t, tenantA, saToken).Authenticated {
+			return errors.New("still authenticated")
+		}
+		return nil
 	})
 	expectRejected(t, "garbage token", review(t, tenantA, "not-a-token"))
 }

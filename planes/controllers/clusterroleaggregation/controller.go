@@ -35,6 +35,12 @@ const FieldManager = "clusterrole-aggregation-controller"
 
 var clusterRoles = rbacv1.Resource("clusterroles")
 
+// Phases says where each plane is in its life (lifecycle.Manager).
+type Phases interface {
+	// Phase returns the phase of plane, and false if no such plane exists.
+	Phase(plane string) (lifecycle.Phase, bool)
+}
+
 // Config is what the controller works with.
 type Config struct {
 	// Client addresses the plane in each call's context (loopback.Controller).
@@ -84,26 +90,30 @@ func (c *Controller) changed(plane string) {
 	c.queue.AddAfter(plane, settle)
 }
 
-// Run aggregates until ctx is done.
-func (c *Controller) Run(ctx context.Context) {
+// Run aggregates the roles of planes whose bootstrap is done until ctx is
+// done. A plane's bootstrap writes its roles all at once, the aggregated
+// ones already filled in: aggregating before it is done would apply rules
+// from part of them, then apply again.
+func (c *Controller) Run(ctx context.Context, phases Phases) {
 	defer c.queue.ShutDown()
 	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { c.worker(ctx, phases) }, time.Second)
 	}
 	<-ctx.Done()
 }
 
-func (c *Controller) worker(ctx context.Context) {
+func (c *Controller) worker(ctx context.Context, phases Phases) {
 	for {
 		plane, quit := c.queue.Get()
 		if quit {
 			return
 		}
-		if left := c.quiet.wait(plane); left > 0 {
-			// Changed again since it was queued: wait for the quiet.
+		if wait := c.due(plane, phases); wait != 0 {
 			c.queue.Done(plane)
 			c.queue.Forget(plane)
-			c.queue.AddAfter(plane, left)
+			if wait > 0 {
+				c.queue.AddAfter(plane, wait)
+			}
 			continue
 		}
 		err := c.sync(planes.WithPlane(ctx, plane))
@@ -115,6 +125,20 @@ func (c *Controller) worker(ctx context.Context) {
 		logrus.WithError(err).WithField("plane", plane).Debug("clusterrole aggregation retries")
 		c.queue.AddRateLimited(plane)
 	}
+}
+
+// due returns 0 when plane is to be synced now, how long to wait when it
+// is not yet (bootstrap under way, roles still changing), or a negative
+// duration when it never will be (gone or being deleted).
+func (c *Controller) due(plane string, phases Phases) time.Duration {
+	switch phase, ok := phases.Phase(plane); {
+	case !ok || phase == lifecycle.Terminating:
+		c.quiet.forget(plane)
+		return -1
+	case phase != lifecycle.Ready:
+		return settle
+	}
+	return c.quiet.wait(plane)
 }
 
 // sync brings every aggregated ClusterRole of the plane of ctx up to date.

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/pkg/apis/rbac"
+
+	"kplane.dev/kplane/planes/lifecycle"
 )
 
 func rule(verb, resource string) rbac.PolicyRule {
@@ -109,5 +111,34 @@ func TestQuiet(t *testing.T) {
 	}
 	if len(q.last) != 0 {
 		t.Fatal("a due plane is forgotten")
+	}
+}
+
+type phases map[string]lifecycle.Phase
+
+func (p phases) Phase(plane string) (lifecycle.Phase, bool) {
+	phase, ok := p[plane]
+	return phase, ok
+}
+
+// TestDue: only a bootstrapped plane is synced; a plane gone or going is
+// dropped and forgotten.
+func TestDue(t *testing.T) {
+	c := &Controller{quiet: newQuiet(time.Now)}
+	known := phases{"ready": lifecycle.Ready, "pending": lifecycle.Pending, "terminating": lifecycle.Terminating}
+	for plane, want := range map[string]time.Duration{"ready": 0, "pending": settle, "terminating": -1, "unknown": -1} {
+		c.quiet.changed(plane)
+		got := c.due(plane, known)
+		if plane == "ready" && got > 0 {
+			// Just changed: it waits for the quiet, then is due.
+			c.quiet.last[plane] = time.Now().Add(-settle)
+			got = c.due(plane, known)
+		}
+		if got != want {
+			t.Errorf("%s: due = %s, want %s", plane, got, want)
+		}
+	}
+	if _, held := c.quiet.last["terminating"]; held || len(c.quiet.last) != 1 {
+		t.Fatalf("only the pending plane is remembered: %v", c.quiet.last)
 	}
 }

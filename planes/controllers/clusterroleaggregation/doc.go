@@ -11,8 +11,9 @@
 // queue fed by one informer. So this package carries the same logic over
 // the shared watch cache. A work item is a plane: any ClusterRole event of
 // the plane queues it (as upstream queues every aggregated role on any
-// event) and is synced once the plane's roles have not changed for a
-// second, so that a bootstrap under way is not aggregated half-written. One
+// event) and is synced once the plane is bootstrapped (its lifecycle phase
+// is Ready) and its roles have not changed for a second, so that roles
+// written in parallel by a bootstrap are never aggregated half-written. One
 // sync recomputes the plane's aggregated roles from the cache and applies
 // those whose rules changed through the plane's loopback client. Nothing
 // is held per plane between syncs.

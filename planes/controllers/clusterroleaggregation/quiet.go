@@ -30,6 +30,13 @@ func (q *quiet) changed(plane string) {
 	q.last[plane] = q.now()
 }
 
+// forget drops plane (gone, or being deleted).
+func (q *quiet) forget(plane string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.last, plane)
+}
+
 // wait returns how much longer plane must stay unchanged before it is
 // synced; zero when it is due (it is then forgotten).
 func (q *quiet) wait(plane string) time.Duration {
