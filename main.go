@@ -80,7 +80,7 @@ func serverCommand() *cli.Command {
 			&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
 				Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
 			&cli.BoolFlag{Name: "disable-controllers", Destination: &o.DisableControllers, EnvVars: []string{"KPLANE_DISABLE_CONTROLLERS"},
-				Usage: "run no generic controllers (namespace deletion, garbage collection, default service accounts): planes are API and storage only"},
+				Usage: "run no generic controllers (namespace deletion, garbage collection, default service accounts, ClusterRole aggregation): planes are API and storage only"},
 			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
 				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
 			&cli.StringFlag{Name: "log-format", Value: o.LogFormat, Destination: &o.LogFormat, EnvVars: []string{"KPLANE_LOG_FORMAT"},
