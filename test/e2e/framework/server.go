@@ -89,18 +89,26 @@ func Start(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	port := opts.Port
-	if port == 0 {
-		var err error
-		if port, err = FreePort(); err != nil {
-			return nil, err
+	for attempt := 1; ; attempt++ {
+		port := opts.Port
+		if port == 0 {
+			var err error
+			if port, err = FreePort(); err != nil {
+				return nil, err
+			}
 		}
+		s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port), binary: opts.Binary}
+		err := s.start()
+		if err == nil {
+			return s, nil
+		}
+		// A free port can be taken by another process (a client's
+		// ephemeral port) before the server binds it: pick another.
+		if opts.Port != 0 || attempt == 3 || !strings.Contains(s.Log(), "address already in use") {
+			return s, err
+		}
+		s.Stop()
 	}
-	s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port), binary: opts.Binary}
-	if err := s.start(); err != nil {
-		return s, err
-	}
-	return s, nil
 }
 
 func (s *Server) start() error {
