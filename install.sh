@@ -1,24 +1,6 @@
 #!/bin/sh
 # Installs kplane: curl -sfL <url>/install.sh | sh -s - [--systemd]
-#
-#   --systemd     also install and start the kplane.service unit
-#   --uninstall   remove what this script installed (add --purge to also
-#                 delete the data directory)
-#
-# Environment:
-#   INSTALL_DIR          where the binary goes (default /usr/local/bin)
-#   KPLANE_VERSION       release to download (default: the latest)
-#   KPLANE_DOWNLOAD_URL  base URL of the releases (default below); assets are
-#                        <base>/download/<version>/kplane-<os>-<arch>, or
-#                        <base>/latest/download/... without KPLANE_VERSION
-#   KPLANE_BINARY        install this local binary instead of downloading
-#   KPLANE_SHA256        expected sha256 of the binary (checked when set; a
-#                        download is also checked against the release's
-#                        sha256sums.txt when it has one)
-#   KPLANE_CONFIG_DIR    env file directory (default /etc/kplane)
-#   KPLANE_DATA_DIR      data directory (default /var/lib/kplane)
-#   SYSTEMD_DIR          unit directory (default /etc/systemd/system)
-#   KPLANE_SKIP_ENABLE   true: install the unit without enabling/starting it
+# Run it with --help for its options and variables.
 set -eu
 
 DEFAULT_DOWNLOAD_URL=https://github.com/kplane/kplane/releases
@@ -28,6 +10,7 @@ KPLANE_VERSION=${KPLANE_VERSION:-}
 KPLANE_DOWNLOAD_URL=${KPLANE_DOWNLOAD_URL:-$DEFAULT_DOWNLOAD_URL}
 KPLANE_BINARY=${KPLANE_BINARY:-}
 KPLANE_SHA256=${KPLANE_SHA256:-}
+KPLANE_INSECURE_SKIP_CHECKSUM=${KPLANE_INSECURE_SKIP_CHECKSUM:-}
 KPLANE_CONFIG_DIR=${KPLANE_CONFIG_DIR:-/etc/kplane}
 KPLANE_DATA_DIR=${KPLANE_DATA_DIR:-/var/lib/kplane}
 SYSTEMD_DIR=${SYSTEMD_DIR:-/etc/systemd/system}
@@ -38,13 +21,48 @@ UNIT=$SYSTEMD_DIR/kplane.service
 ENV_FILE=$KPLANE_CONFIG_DIR/kplane.env
 
 info() { echo "[kplane] $*"; }
+warn() { echo "[kplane] WARNING: $*" >&2; }
 fatal() {
 	echo "[kplane] error: $*" >&2
 	exit 1
 }
 
+# usage is a here-document, not this file's comments: piped into sh, the
+# script has no file to read them from.
 usage() {
-	sed -n '2,8p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'
+	cat <<'EOF'
+Installs kplane: curl -sfL <url>/install.sh | sh -s - [--systemd]
+
+  --systemd     also install and start the kplane.service unit
+  --uninstall   remove what this script installed (add --purge to also
+                delete the data directory)
+  -h, --help    this text
+
+A downloaded binary is verified against the release's sha256sums.txt (or
+KPLANE_SHA256); when neither is available the install fails rather than
+install a binary nobody checked.
+
+Environment:
+  INSTALL_DIR          where the binary goes (default /usr/local/bin)
+  KPLANE_VERSION       release to download (default: the latest)
+  KPLANE_DOWNLOAD_URL  base URL of the releases (default
+                       https://github.com/kplane/kplane/releases); assets are
+                       <base>/download/<version>/kplane-<os>-<arch>, or
+                       <base>/latest/download/... without KPLANE_VERSION
+  KPLANE_BINARY        install this local binary instead of downloading
+  KPLANE_SHA256        expected sha256 of the binary (always checked when
+                       set; it also verifies a download whose release has no
+                       sha256sums.txt)
+  KPLANE_INSECURE_SKIP_CHECKSUM
+                       1: install a download even when its checksum cannot be
+                       fetched (no sha256sums.txt, no KPLANE_SHA256), with a
+                       warning. Insecure: the binary is not verified. A
+                       checksum that is fetched and does not match still fails.
+  KPLANE_CONFIG_DIR    env file directory (default /etc/kplane)
+  KPLANE_DATA_DIR      data directory (default /var/lib/kplane)
+  SYSTEMD_DIR          unit directory (default /etc/systemd/system)
+  KPLANE_SKIP_ENABLE   true: install the unit without enabling/starting it
+EOF
 }
 
 # ensure_dir creates dir or explains why it cannot.
@@ -114,11 +132,18 @@ fetch_binary() {
 		url=$(release_url "$asset")
 		info "downloading $url"
 		download "$url" "$TMP/kplane" || fatal "downloading $url failed"
-		if download "$(release_url sha256sums.txt)" "$TMP/sha256sums.txt" 2>/dev/null; then
+		sums_url=$(release_url sha256sums.txt)
+		if download "$sums_url" "$TMP/sha256sums.txt" 2>/dev/null; then
 			want=$(awk -v a="$asset" '$2 == a || $2 == "*" a { print $1 }' "$TMP/sha256sums.txt")
 			[ -n "$want" ] || fatal "sha256sums.txt of the release has no entry for $asset"
 			[ -n "$KPLANE_SHA256" ] || KPLANE_SHA256=$want
 			[ "$want" = "$KPLANE_SHA256" ] || fatal "KPLANE_SHA256 does not match the release's sha256sums.txt"
+		elif [ -n "$KPLANE_SHA256" ]; then
+			info "no sha256sums.txt at $sums_url; verifying against KPLANE_SHA256"
+		elif [ "$KPLANE_INSECURE_SKIP_CHECKSUM" = 1 ]; then
+			warn "downloading $sums_url failed; installing an UNVERIFIED binary because KPLANE_INSECURE_SKIP_CHECKSUM=1"
+		else
+			fatal "downloading $sums_url failed: cannot verify the binary, so nothing was installed. Set KPLANE_SHA256 to its expected sha256, or KPLANE_INSECURE_SKIP_CHECKSUM=1 to install it unverified"
 		fi
 	fi
 	if [ -n "$KPLANE_SHA256" ]; then

@@ -65,6 +65,8 @@ func serverCommand() *cli.Command {
 				Usage: "client certificate for an external datastore"},
 			&cli.StringFlag{Name: "datastore-keyfile", Destination: &o.DatastoreKeyFile, EnvVars: []string{"KPLANE_DATASTORE_KEYFILE"},
 				Usage: "client key for an external datastore"},
+			&cli.DurationFlag{Name: "etcd-compaction-interval", Value: o.CompactionInterval, Destination: &o.CompactionInterval, EnvVars: []string{"KPLANE_ETCD_COMPACTION_INTERVAL"},
+				Usage: "how often the datastore's history older than one interval is compacted (a list continue token expires after one to two intervals; 0: never)"},
 			&cli.StringFlag{Name: "service-cidr", Value: o.ServiceCIDR, Destination: &o.ServiceCIDR, EnvVars: []string{"KPLANE_SERVICE_CIDR"},
 				Usage: "range every plane allocates Service ClusterIPs from"},
 			&cli.StringFlag{Name: "service-node-port-range", Value: o.NodePortRange, Destination: &o.NodePortRange, EnvVars: []string{"KPLANE_SERVICE_NODE_PORT_RANGE"},

@@ -266,12 +266,9 @@ func isCallerError(err error) bool {
 }
 
 func (c *Controller) createPlane(ctx context.Context, fleet, name string) error {
-	plane := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": lifecycle.GVR.GroupVersion().String(), "kind": "Plane",
-		"metadata": map[string]any{"name": name, "labels": map[string]any{Label: fleet}},
-		"spec":     map[string]any{},
-	}}
-	_, err := c.planes.Create(ctx, plane, metav1.CreateOptions{})
+	plane := lifecycle.NewPlane(name)
+	plane.Labels = map[string]string{Label: fleet}
+	_, err := c.planes.Create(ctx, plane.Unstructured(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// Created by an earlier reconcile the informer has not shown yet,
 		// or by someone else: the next reconcile sees which.

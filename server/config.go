@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/server/healthz"
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/datastore/etcd"
@@ -85,7 +86,9 @@ func clientHost(bind net.IP) string {
 // CompletedConfig is a Config whose credentials exist on disk.
 type CompletedConfig struct {
 	*Config
-	CA                *credentials.CA
+	CA *credentials.CA
+	// Certificates keeps the leaf certificates renewed while the server runs.
+	Certificates      *credentials.Renewer
 	AdminToken        string
 	ServiceAccountKey crypto.Signer
 	EtcdTLS           etcd.TLS
@@ -107,25 +110,26 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, err
 	}
-	if err := ca.Ensure(c.servingCert(), c.servingKey(), credentials.Leaf{
+	issued := []credentials.Issued{{CertFile: c.servingCert(), KeyFile: c.servingKey(), Leaf: credentials.Leaf{
 		CommonName: "kplane", Server: true, DNSNames: c.dnsSANs(), IPs: c.ipSANs(),
-	}); err != nil {
-		return CompletedConfig{}, fmt.Errorf("serving certificate: %w", err)
-	}
+	}}}
 	etcdTLS := etcd.TLS{
 		CAFile:         ca.CertFile,
 		ServerCertFile: filepath.Join(c.TLSDir, "etcd-server.crt"), ServerKeyFile: filepath.Join(c.TLSDir, "etcd-server.key"),
 		ClientCertFile: filepath.Join(c.TLSDir, "etcd-client.crt"), ClientKeyFile: filepath.Join(c.TLSDir, "etcd-client.key"),
 	}
 	if kind, _ := datastore.KindOf(c.Options.DatastoreEndpoint); kind == datastore.EmbeddedEtcd {
-		if err := ca.Ensure(etcdTLS.ServerCertFile, etcdTLS.ServerKeyFile, credentials.Leaf{
-			CommonName: "kplane-etcd", Server: true, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")},
-		}); err != nil {
-			return CompletedConfig{}, fmt.Errorf("etcd certificate: %w", err)
-		}
-		if err := ca.Ensure(etcdTLS.ClientCertFile, etcdTLS.ClientKeyFile, credentials.Leaf{CommonName: "kplane-apiserver", Client: true}); err != nil {
-			return CompletedConfig{}, fmt.Errorf("etcd client certificate: %w", err)
-		}
+		issued = append(issued,
+			credentials.Issued{CertFile: etcdTLS.ServerCertFile, KeyFile: etcdTLS.ServerKeyFile, Leaf: credentials.Leaf{
+				CommonName: "kplane-etcd", Server: true, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")},
+			}},
+			credentials.Issued{CertFile: etcdTLS.ClientCertFile, KeyFile: etcdTLS.ClientKeyFile, Leaf: credentials.Leaf{
+				CommonName: "kplane-apiserver", Client: true,
+			}})
+	}
+	certificates := credentials.NewRenewer(ca, issued...)
+	if _, err := certificates.EnsureAll(); err != nil {
+		return CompletedConfig{}, err
 	}
 	saKey, err := credentials.EnsureSigningKey(filepath.Join(c.TLSDir, "service-account.key"))
 	if err != nil {
@@ -138,7 +142,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err := credentials.WriteKubeconfig(c.KubeconfigPath, credentials.Kubeconfig("kplane", c.ServerURL, ca.PEM, token)); err != nil {
 		return CompletedConfig{}, fmt.Errorf("writing %s: %w", c.KubeconfigPath, err)
 	}
-	return CompletedConfig{Config: c, CA: ca, AdminToken: token, ServiceAccountKey: saKey, EtcdTLS: etcdTLS, dataDirLock: lock}, nil
+	return CompletedConfig{Config: c, CA: ca, Certificates: certificates, AdminToken: token, ServiceAccountKey: saKey, EtcdTLS: etcdTLS, dataDirLock: lock}, nil
 }
 
 func (c *Config) servingCert() string { return filepath.Join(c.TLSDir, "serving.crt") }
@@ -198,6 +202,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		ServiceAccountKey: c.ServiceAccountKey,
 		Etcd: apiserver.EtcdConfig{
 			Endpoints: store.Endpoints, CAFile: store.CAFile, CertFile: store.CertFile, KeyFile: store.KeyFile,
+			CompactionInterval: c.Options.CompactionInterval,
 		},
 		ServiceClusterIPRange:       c.ServiceCIDR,
 		NodePortRange:               c.NodePortRange,
@@ -213,6 +218,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
 		MetricsWindow:               c.Options.MetricsWindow,
 		ManifestsDir:                c.ManifestsDir,
+		ReadyzChecks:                []healthz.HealthChecker{c.Certificates.ReadyzCheck()},
 		SnapshotStreams: snapshot.StreamLimits{
 			PerUser: c.Options.SnapshotMaxStreamsPerUser, Total: c.Options.SnapshotMaxStreams, MaxTimeout: c.Options.SnapshotMaxStreamTimeout,
 		},

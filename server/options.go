@@ -30,6 +30,10 @@ type Options struct {
 	DatastoreCAFile   string
 	DatastoreCertFile string
 	DatastoreKeyFile  string
+	// CompactionInterval: every interval the datastore is compacted up to
+	// the revision of the interval before (kube-apiserver's
+	// --etcd-compaction-interval); 0 never compacts.
+	CompactionInterval time.Duration
 
 	ServiceCIDR   string
 	NodePortRange string
@@ -81,6 +85,7 @@ func NewOptions() *Options {
 		NodePortRange:               "30000-32767",
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
+		CompactionInterval:          5 * time.Minute,
 		PlaneBootstrap:              "minimal",
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
@@ -120,6 +125,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := utilnet.ParsePortRange(o.NodePortRange); err != nil {
 		errs = append(errs, fmt.Sprintf("--service-node-port-range %q: %v", o.NodePortRange, err))
+	}
+	if o.CompactionInterval < 0 {
+		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
 	}
 	if o.MaxPlanes < 0 {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))

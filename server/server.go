@@ -25,6 +25,9 @@ func (s *Server) Datastore() *datastore.Datastore { return s.datastore }
 // closed.
 func (s *Server) Run(ctx context.Context) error {
 	s.banner(os.Stderr)
+	renewing, stopRenewing := context.WithCancel(ctx)
+	defer stopRenewing()
+	go s.config.Certificates.Run(renewing)
 	err := s.api.Run(ctx)
 	s.datastore.Close()
 	if err != nil {

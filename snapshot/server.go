@@ -309,7 +309,7 @@ func (s *Server) targets(plane string) ([]*target, error) {
 	for _, info := range custom {
 		out = append(out, &target{
 			resourceInfo: info,
-			store:        s.config.Storage.Storage(info.gvr.GroupResource()),
+			store:        s.config.Storage.StorageFor(plane, info.gvr.GroupResource()),
 			enc:          encoder{gv: info.gvr.GroupVersion()},
 		})
 	}
@@ -371,7 +371,7 @@ func (s *Server) warm(ctx context.Context, plane string, targets []*target) {
 		if err := s.config.CustomResources.EnsureStorages(ctx, plane); err == nil {
 			for _, t := range targets {
 				if t.store == nil {
-					t.store = s.config.Storage.Storage(t.gvr.GroupResource())
+					t.store = s.config.Storage.StorageFor(plane, t.gvr.GroupResource())
 				}
 			}
 		}

@@ -81,12 +81,20 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
 		NotifyInterval:       5 * time.Second,
 		EmulatedETCDVersion:  emulatedEtcdVersion,
-		CompactTimeout:       5 * time.Second,
-		CompactMinRetain:     1000,
-		CompactBatchSize:     1000,
-		PollBatchSize:        500,
-		PollInterval:         time.Second,
-		MetricsRegisterer:    cfg.Metrics,
+		// kine compacts only when the apiserver asks (its compactor,
+		// --etcd-compaction-interval, through the etcd API), and then up to
+		// the revision the apiserver saw one interval before: that interval
+		// is what keeps the history watch caches and continue tokens need,
+		// as on etcd. kine's own guard, never compacting the newest 1,000
+		// revisions, would keep a continue token valid forever on a quiet
+		// server (the apiserver writes one revision per interval).
+		CompactInterval:   0,
+		CompactTimeout:    5 * time.Second,
+		CompactMinRetain:  0,
+		CompactBatchSize:  1000,
+		PollBatchSize:     500,
+		PollInterval:      time.Second,
+		MetricsRegisterer: cfg.Metrics,
 	}
 
 	type result struct {

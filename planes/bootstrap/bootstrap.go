@@ -44,8 +44,8 @@ type NamespaceStore interface {
 // Config says what a plane starts with and where to write it.
 type Config struct {
 	Namespaces NamespaceStore
-	// Stores returns the plane-scoped storage of a core or RBAC resource;
-	// objects without allocation are written straight to it.
+	// Stores returns the plane-scoped storage of a core, RBAC or flowcontrol
+	// resource; objects without allocation are written straight to it.
 	Stores func(resource string) *planestorage.Store
 	// CACert goes into every kube-root-ca.crt ConfigMap.
 	CACert []byte
@@ -60,7 +60,7 @@ type Config struct {
 // Bootstrapper ensures planes are bootstrapped.
 type Bootstrapper struct {
 	config Config
-	rbac   rbacObjects
+	policy policyObjectList
 
 	known sync.Map // plane id -> struct{}
 	group singleflight.Group
@@ -68,7 +68,7 @@ type Bootstrapper struct {
 
 // New returns a Bootstrapper.
 func New(config Config) *Bootstrapper {
-	return &Bootstrapper{config: config, rbac: policyObjects(config.Policy)}
+	return &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
 }
 
 // Known reports whether plane was bootstrapped by this process.
@@ -125,7 +125,7 @@ func (b *Bootstrapper) bootstrap(ctx context.Context) error {
 		// written here, a ready plane accepts Pods at once.
 		g.Go(func() error { return b.write(gctx, "serviceaccounts", defaultServiceAccount(ns)) })
 	}
-	for _, obj := range b.rbac.all() {
+	for _, obj := range b.policy.all() {
 		g.Go(func() error { return b.write(gctx, obj.resource, obj.object) })
 	}
 	return g.Wait()

@@ -2,16 +2,19 @@ package bootstrap
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	flowcontrolbootstrap "k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap"
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
 )
 
-// Policy selects the RBAC a plane starts with.
+// Policy selects the RBAC (and, in full, the priority-and-fairness
+// configuration) a plane starts with.
 type Policy string
 
 const (
@@ -19,7 +22,9 @@ const (
 	// view with their aggregated rules, system:basic-user,
 	// system:discovery, system:public-info-viewer) and their bindings.
 	MinimalPolicy Policy = "minimal"
-	// FullPolicy: the complete upstream bootstrap policy.
+	// FullPolicy: the complete upstream bootstrap policy, and the
+	// mandatory and suggested FlowSchemas and PriorityLevelConfigurations
+	// kube-apiserver keeps in a cluster.
 	FullPolicy Policy = "full"
 )
 
@@ -41,19 +46,21 @@ var minimalRoles = map[string]bool{
 	"system:basic-user": true, "system:discovery": true, "system:public-info-viewer": true,
 }
 
-type rbacObject struct {
+// policyObject is an object of the bootstrap policy and the resource it is
+// stored as.
+type policyObject struct {
 	resource string
 	object   runtime.Object
 }
 
-type rbacObjects []rbacObject
+type policyObjectList []policyObject
 
-func (r rbacObjects) all() []rbacObject { return r }
+func (r policyObjectList) all() []policyObject { return r }
 
-// policyObjects returns the RBAC objects of a bootstrap policy, with the
-// rules of aggregated roles filled in (admin, edit and view aggregate the
-// system:aggregate-to-* roles).
-func policyObjects(p Policy) rbacObjects {
+// policyObjects returns the objects of a bootstrap policy: its RBAC, with
+// the rules of aggregated roles filled in (admin, edit and view aggregate
+// the system:aggregate-to-* roles), and in full the flowcontrol objects.
+func policyObjects(p Policy) policyObjectList {
 	roles := bootstrappolicy.ClusterRoles()
 	bindings := bootstrappolicy.ClusterRoleBindings()
 	if p != FullPolicy {
@@ -61,26 +68,46 @@ func policyObjects(p Policy) rbacObjects {
 		bindings = filter(bindings, func(b rbacv1.ClusterRoleBinding) bool { return minimalRoles[b.RoleRef.Name] })
 	}
 	aggregate(roles)
-	var out rbacObjects
+	var out policyObjectList
 	for i := range roles {
-		out = append(out, rbacObject{"clusterroles", &roles[i]})
+		out = append(out, policyObject{"clusterroles", &roles[i]})
 	}
 	for i := range bindings {
-		out = append(out, rbacObject{"clusterrolebindings", &bindings[i]})
+		out = append(out, policyObject{"clusterrolebindings", &bindings[i]})
 	}
 	if p == FullPolicy {
 		for ns, rs := range bootstrappolicy.NamespaceRoles() {
 			for i := range rs {
 				rs[i].Namespace = ns
-				out = append(out, rbacObject{"roles", &rs[i]})
+				out = append(out, policyObject{"roles", &rs[i]})
 			}
 		}
 		for ns, bs := range bootstrappolicy.NamespaceRoleBindings() {
 			for i := range bs {
 				bs[i].Namespace = ns
-				out = append(out, rbacObject{"rolebindings", &bs[i]})
+				out = append(out, policyObject{"rolebindings", &bs[i]})
 			}
 		}
+		out = append(out, flowControlObjects()...)
+	}
+	return out
+}
+
+// flowControlObjects are the priority-and-fairness objects kube-apiserver's
+// config producer keeps in a cluster. Written once: nothing re-creates a
+// mandatory one a tenant deletes, and none of them configures the server's
+// own fairness.
+func flowControlObjects() []policyObject {
+	var out []policyObject
+	levels := append(slices.Clone(flowcontrolbootstrap.MandatoryPriorityLevelConfigurations),
+		flowcontrolbootstrap.SuggestedPriorityLevelConfigurations...)
+	for _, pl := range levels {
+		// Copies: the upstream values are shared, and writing defaults them.
+		out = append(out, policyObject{"prioritylevelconfigurations", pl.DeepCopy()})
+	}
+	schemas := append(slices.Clone(flowcontrolbootstrap.MandatoryFlowSchemas), flowcontrolbootstrap.SuggestedFlowSchemas...)
+	for _, fs := range schemas {
+		out = append(out, policyObject{"flowschemas", fs.DeepCopy()})
 	}
 	return out
 }

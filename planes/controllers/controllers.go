@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"kplane.dev/kplane/planes/controllers/clusterroleaggregation"
 	"kplane.dev/kplane/planes/controllers/gc"
 	"kplane.dev/kplane/planes/controllers/namespace"
 	"kplane.dev/kplane/planes/controllers/serviceaccounts"
@@ -35,6 +36,7 @@ type Controllers struct {
 	namespaces *namespace.Controller
 	accounts   *serviceaccounts.Controller
 	collector  *gc.Collector
+	roles      *clusterroleaggregation.Controller
 }
 
 // New builds the controllers; Run starts them.
@@ -66,15 +68,21 @@ func New(config Config) (*Controllers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("garbage collector: %w", err)
 	}
-	h.subscribers = []Subscriber{namespaces, accounts, collector}
-	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector}, nil
+	roles, err := clusterroleaggregation.New(clusterroleaggregation.Config{Client: client, Storage: config.Storage})
+	if err != nil {
+		return nil, err
+	}
+	h.subscribers = []Subscriber{namespaces, accounts, collector, roles}
+	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles}, nil
 }
 
-// Run starts every controller and returns when ctx is done.
-func (c *Controllers) Run(ctx context.Context) {
+// Run starts every controller and returns when ctx is done. phases says
+// which planes are bootstrapped.
+func (c *Controllers) Run(ctx context.Context, phases clusterroleaggregation.Phases) {
 	go c.namespaces.Run(ctx)
 	go c.accounts.Run(ctx)
 	go c.collector.Run(ctx)
+	go c.roles.Run(ctx, phases)
 	c.hub.run(ctx)
 	<-ctx.Done()
 }

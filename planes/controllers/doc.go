@@ -1,6 +1,6 @@
 // Package controllers runs the generic controllers every plane needs
 // (namespace deletion, garbage collection, default service accounts and the
-// root CA ConfigMap) once for all planes.
+// root CA ConfigMap, ClusterRole aggregation) once for all planes.
 //
 // A controller here is not an informer set per plane: every resource's
 // shared watch cache is followed once, across all planes (planes/storage

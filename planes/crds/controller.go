@@ -118,7 +118,11 @@ func (c *Controller) sync(ctx context.Context, key crdKey) (time.Duration, error
 	}
 	entries, _ := c.s.index.List(key.plane)
 	desired := e.crd.DeepCopy()
-	acceptNames(desired, entries)
+	if c.s.config.BuiltinGroups.Has(desired.Spec.Group) {
+		refuseBuiltinGroup(desired)
+	} else {
+		acceptNames(desired, entries)
+	}
 	if equality.Semantic.DeepEqual(desired.Status, e.crd.Status) {
 		return 0, nil
 	}
@@ -174,6 +178,16 @@ func acceptNames(crd *apiextensionsv1.CustomResourceDefinition, others []*entry)
 		apihelpers.SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
 			Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue, Reason: "InitialNamesAccepted", Message: "the initial names have been accepted"})
 	}
+}
+
+// refuseBuiltinGroup marks a CRD in a built-in group, stored before
+// admission refused them, as never served: it can only be deleted.
+func refuseBuiltinGroup(crd *apiextensionsv1.CustomResourceDefinition) {
+	msg := fmt.Sprintf("group %q is served by the built-in API", crd.Spec.Group)
+	apihelpers.SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
+		Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionFalse, Reason: "BuiltinGroup", Message: msg})
+	apihelpers.SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
+		Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse, Reason: "BuiltinGroup", Message: msg})
 }
 
 // finalize deletes every custom resource of the CRD in its plane, then

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 
 	"kplane.dev/kplane/planes"
@@ -75,6 +76,16 @@ func (x *Index) Get(plane, name string) (*entry, bool) {
 	}
 	e, ok := p.byName[name]
 	return e, ok
+}
+
+// content returns the content hash of plane's CRD for resource: which
+// custom-resource storage serves the plane.
+func (x *Index) content(plane string, resource schema.GroupResource) (string, bool) {
+	e, ok := x.Get(plane, resource.Resource+"."+resource.Group)
+	if !ok {
+		return "", false
+	}
+	return e.hash, true
 }
 
 // List returns plane's CRDs sorted by name, and the plane's version.

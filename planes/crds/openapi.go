@@ -16,10 +16,13 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	"k8s.io/utils/lru"
 
 	"kplane.dev/kplane/planes"
 )
@@ -54,21 +57,52 @@ type openapiCache struct {
 	// staticV2 is the server's own v2 spec (available once it runs).
 	staticV2 func() *spec.Swagger
 
+	// mu makes building a missing document happen once.
 	mu sync.Mutex
+	// Documents are keyed by content, not by plane, so a deleted plane
+	// leaves nothing of its own here; the caches are bounded so that CRD
+	// churn (every distinct set of CRDs is a new key) cannot grow them.
 	// v3 documents by group-version and CRD contents.
-	v3 map[string]*document
+	v3 *lru.Cache
 	// v2 documents by the CRD contents of a plane (few distinct sets).
-	v2      map[string]*document
-	v2Order []string
+	v2 *lru.Cache
+	// keysOf lists the cached documents built from a CRD content, so that
+	// a content no plane uses anymore takes its documents with it.
+	keysOf map[string]sets.Set[string]
 }
 
-const maxV2Documents = 8
+// Bounds of the document caches: a document of a few CRDs is tens of KiB,
+// v2 documents hold the whole built-in API (a few MiB).
+const (
+	maxV3Documents = 128
+	maxV2Documents = 8
+)
 
 func newOpenAPICache(index *Index) *openapiCache {
-	return &openapiCache{index: index, v3: map[string]*document{}, v2: map[string]*document{}}
+	return &openapiCache{index: index, v3: lru.New(maxV3Documents), v2: lru.New(maxV2Documents), keysOf: map[string]sets.Set[string]{}}
 }
 
-func (o *openapiCache) forget(string) {}
+// forgetContent drops the documents built from a CRD content no plane
+// uses anymore.
+func (o *openapiCache) forgetContent(hash string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for key := range o.keysOf[hash] {
+		o.v3.Remove(key)
+		o.v2.Remove(key)
+	}
+	delete(o.keysOf, hash)
+}
+
+// remember notes that key was built from entries.
+func (o *openapiCache) rememberLocked(key string, entries []*entry) {
+	for _, e := range entries {
+		if o.keysOf[e.hash] == nil {
+			o.keysOf[e.hash] = sets.New[string]()
+		}
+		o.keysOf[e.hash].Insert(key)
+	}
+}
 
 // serve answers /openapi/* for plane.
 func (o *openapiCache) serve(w http.ResponseWriter, req *http.Request, next http.Handler, plane string) {
@@ -123,8 +157,8 @@ func (o *openapiCache) v3Document(plane string, gv schema.GroupVersion) *documen
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if doc, ok := o.v3[key]; ok {
-		return doc
+	if doc, ok := o.v3.Get(key); ok {
+		return doc.(*document)
 	}
 	var specs []*spec3.OpenAPI
 	for _, e := range entries {
@@ -143,7 +177,8 @@ func (o *openapiCache) v3Document(plane string, gv schema.GroupVersion) *documen
 		return nil
 	}
 	doc := newDocument(data, handler3.ToV3ProtoBinary)
-	o.v3[key] = doc
+	o.v3.Add(key, doc)
+	o.rememberLocked(key, entries)
 	return doc
 }
 
@@ -159,8 +194,8 @@ func (o *openapiCache) v2Document(plane string) (*document, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if doc, ok := o.v2[key]; ok {
-		return doc, nil
+	if doc, ok := o.v2.Get(key); ok {
+		return doc.(*document), nil
 	}
 	var specs []*spec.Swagger
 	for _, e := range established {
@@ -181,12 +216,8 @@ func (o *openapiCache) v2Document(plane string) (*document, error) {
 		return nil, err
 	}
 	doc := newDocument(data, handler.ToProtoBinary)
-	o.v2[key] = doc
-	o.v2Order = append(o.v2Order, key)
-	if len(o.v2Order) > maxV2Documents {
-		delete(o.v2, o.v2Order[0])
-		o.v2Order = o.v2Order[1:]
-	}
+	o.v2.Add(key, doc)
+	o.rememberLocked(key, established)
 	return doc, nil
 }
 

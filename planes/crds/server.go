@@ -3,6 +3,7 @@ package crds
 import (
 	"context"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -25,6 +27,9 @@ import (
 // Config configures per-plane CRD serving.
 type Config struct {
 	Handler HandlerConfig
+	// Storages is the server's storage registry; it learns from this server
+	// which CRD content each plane serves a custom resource with.
+	Storages *planestorage.Registry
 	// CRDStorage is the plane-scoped storage of the CRDs themselves.
 	CRDStorage *planestorage.Store
 	// CRDStatus updates a CRD's status in the plane of the context.
@@ -58,13 +63,19 @@ func New(config Config, notFound http.Handler) *Server {
 	s := &Server{
 		config:    config,
 		index:     index,
-		handlers:  newHandlers(config.Handler, notFound),
+		handlers:  newHandlers(config.Handler, notFound, config.BuiltinGroups),
 		discovery: &discoveryCache{index: index, byPlane: map[string]*planeDiscovery{}},
 	}
 	s.openapi = newOpenAPICache(index)
 	s.controller = newController(s)
 	index.onChange = s.controller.enqueueGroupOf
-	index.onUnused = s.handlers.release
+	index.onUnused = func(hash string) {
+		s.handlers.release(hash)
+		s.openapi.forgetContent(hash)
+	}
+	if config.Storages != nil {
+		config.Storages.SetContentResolver(index.content)
+	}
 	return s
 }
 
@@ -85,6 +96,10 @@ func (s *Server) SetStaticOpenAPI(f func() *spec.Swagger) { s.openapi.staticV2 =
 func (s *Server) EnsureStorages(_ context.Context, plane string) error {
 	entries, _ := s.index.List(plane)
 	for _, e := range entries {
+		if s.config.BuiltinGroups.Has(e.crd.Spec.Group) {
+			// Never served, so nothing was stored through it.
+			continue
+		}
 		if _, err := s.handlers.storage(e); err != nil {
 			return err
 		}
@@ -99,7 +114,6 @@ func (s *Server) HasSynced() <-chan struct{} { return s.index.HasSynced() }
 func (s *Server) ForgetPlane(plane string) {
 	s.index.ForgetPlane(plane)
 	s.discovery.forget(plane)
-	s.openapi.forget(plane)
 }
 
 // Filter serves the custom resources, discovery and OpenAPI of the plane's
@@ -155,12 +169,31 @@ func (s *Server) serveResource(w http.ResponseWriter, req *http.Request, next ht
 		s.writeError(w, req, gv, err)
 		return
 	}
+	if protobufBody(req) {
+		s.writeError(w, req, gv, negotiation.NewUnsupportedMediaTypeError(customResourceBodyTypes))
+		return
+	}
 	in, err := s.handlers.get(e)
 	if err != nil {
 		s.writeError(w, req, gv, apierrors.NewInternalError(err))
 		return
 	}
 	in.handler.ServeHTTP(w, req)
+}
+
+// customResourceBodyTypes are the media types a custom resource can be
+// written in.
+var customResourceBodyTypes = []string{"application/json", "application/yaml"}
+
+// protobufBody reports a create or update whose body is protobuf. Custom
+// resources have no protobuf schema: upstream answers 415, and the shared
+// handlers' decoder must never see such a body.
+func protobufBody(req *http.Request) bool {
+	if req.Method != http.MethodPost && req.Method != http.MethodPut {
+		return false
+	}
+	mediaType, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	return err == nil && mediaType == runtime.ContentTypeProtobuf
 }
 
 func (s *Server) serveNonResource(w http.ResponseWriter, req *http.Request, next http.Handler, plane string) {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -23,8 +24,9 @@ import (
 
 // HandlerConfig is what every upstream CRD handler is built with.
 type HandlerConfig struct {
-	// RESTOptionsGetter gives plane-scoped custom-resource storage.
-	RESTOptionsGetter   generic.RESTOptionsGetter
+	// Storage gives the plane-scoped custom-resource storage of one CRD
+	// content: storages are shared only by planes with identical CRDs.
+	Storage             func(content string) generic.RESTOptionsGetter
 	Admission           admission.Interface
 	Authorizer          authorizer.Authorizer
 	ServiceResolver     webhook.ServiceResolver
@@ -39,6 +41,7 @@ type HandlerConfig struct {
 type handlers struct {
 	config   HandlerConfig
 	notFound http.Handler
+	builtin  sets.Set[string]
 
 	mu     sync.Mutex
 	byHash map[string]*instance
@@ -57,8 +60,8 @@ type customResourceStorage interface {
 	GetCustomResourceListerCollectionDeleter(crd *apiextensionsv1.CustomResourceDefinition) (finalizer.ListerCollectionDeleter, error)
 }
 
-func newHandlers(config HandlerConfig, notFound http.Handler) *handlers {
-	return &handlers{config: config, notFound: notFound, byHash: map[string]*instance{}}
+func newHandlers(config HandlerConfig, notFound http.Handler, builtin sets.Set[string]) *handlers {
+	return &handlers{config: config, notFound: notFound, builtin: builtin, byHash: map[string]*instance{}}
 }
 
 // representative is the CRD the shared handler of e's content sees: the
@@ -85,12 +88,16 @@ func (h *handlers) get(e *entry) (*instance, error) {
 	if in, ok := h.byHash[e.hash]; ok {
 		return in, nil
 	}
+	if h.builtin.Has(e.crd.Spec.Group) {
+		// Refused at admission; one stored before that is never served.
+		return nil, fmt.Errorf("%s: group %q is served by the built-in API", e.crd.Name, e.crd.Spec.Group)
+	}
 	source := &crdSource{crd: representative(e)}
 	handler, err := apiextensionsapiserver.NewCustomResourceDefinitionHandler(
 		nil, nil, // discovery is served per plane by this package
 		source,
 		h.notFound,
-		h.config.RESTOptionsGetter,
+		h.config.Storage(e.hash),
 		h.config.Admission,
 		nil, // establishing is decided per plane by the Controller
 		h.config.ServiceResolver,

@@ -232,12 +232,9 @@ func (m *Manager) ensureRoot(ctx context.Context) error {
 }
 
 func planeObject(name string, annotations map[string]string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": GVR.GroupVersion().String(), "kind": "Plane",
-		"metadata": map[string]any{"name": name}, "spec": map[string]any{},
-	}}
-	u.SetAnnotations(annotations)
-	return u
+	p := NewPlane(name)
+	p.Annotations = annotations
+	return p.Unstructured()
 }
 
 func (m *Manager) worker(ctx context.Context) {

@@ -37,6 +37,11 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 	// storage of its custom resources, which must be empty by then.
 	var first, last []*planestorage.Store
 	for _, s := range m.config.Storage.Stores() {
+		if !s.Owns(plane) {
+			// Another CRD content's storage of a custom resource: the
+			// plane's objects are deleted through its own.
+			continue
+		}
 		if s.Resource() == crdResource {
 			last = append(last, s)
 		} else {

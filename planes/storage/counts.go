@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,8 +30,12 @@ func (c *Counts) Plane(plane string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var n int64
-	for _, planes := range c.per {
-		n += planes[plane]
+	for s, planes := range c.per {
+		// Every custom-resource storage of a group/resource sees the
+		// objects of all planes; only the one serving plane counts them.
+		if s.Owns(plane) {
+			n += planes[plane]
+		}
 	}
 	return n
 }
@@ -46,23 +49,29 @@ func (c *Counts) Forget(plane string) {
 	}
 }
 
-// Follow counts s until ctx is done.
+// Follow counts s until ctx is done or s is destroyed (a custom-resource
+// storage no CRD uses anymore); then its counters go.
 func (c *Counts) Follow(ctx context.Context, s *Store) {
+	ctx, cancel := untilGone(ctx, s)
+	defer cancel()
+	defer c.drop(s)
 	all := planes.WithAllPlanes(ctx)
+	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		rv, err := c.recount(all, s)
 		if err == nil {
 			err = c.watch(all, s, rv)
 		}
-		if ctx.Err() != nil {
+		if !sleepCtx(ctx, backoff.Step()) {
 			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
 		}
 	}
+}
+
+func (c *Counts) drop(s *Store) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.per, s)
 }
 
 func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {

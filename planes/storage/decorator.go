@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,11 +28,38 @@ const PlaneField = "metadata.kplane.plane"
 // custom-resource registries of identical CRDs in many planes) get the one
 // storage and watch cache already built instead of another watch on the
 // datastore.
+//
+// Built-in and custom-resource storages are kept in separate maps: a lookup
+// of a built-in group/resource can never return a custom-resource storage,
+// whatever CRDs a plane holds. A custom-resource storage is shared only by
+// planes whose CRD has the same content (the whole spec: scope, versions,
+// schemas, conversion), because all of it decides how stored objects are
+// keyed, decoded, pruned and defaulted.
 type Registry struct {
 	mu         sync.Mutex
-	shared     map[string]*sharedStorage
+	builtin    map[string]*sharedStorage
+	custom     map[string]*sharedStorage
 	transforms map[schema.GroupResource]Transform
 	onNew      []func(*Store)
+	// contentOf names the CRD content a plane serves a custom resource
+	// with; set once by the CRD server.
+	contentOf atomic.Pointer[ContentResolver]
+}
+
+// ContentResolver returns the content key of plane's CRD for a custom
+// resource, or false when the plane has no such CRD.
+type ContentResolver func(plane string, resource schema.GroupResource) (string, bool)
+
+// SetContentResolver tells the registry which CRD content each plane
+// serves its custom resources with.
+func (r *Registry) SetContentResolver(f ContentResolver) { r.contentOf.Store(&f) }
+
+func (r *Registry) resolveContent(plane string, resource schema.GroupResource) (string, bool) {
+	f := r.contentOf.Load()
+	if f == nil {
+		return "", false
+	}
+	return (*f)(plane, resource)
 }
 
 // OnNewStore calls f with every storage built so far and every storage
@@ -39,10 +67,7 @@ type Registry struct {
 func (r *Registry) OnNewStore(f func(*Store)) {
 	r.mu.Lock()
 	r.onNew = append(r.onNew, f)
-	existing := make([]*Store, 0, len(r.shared))
-	for _, s := range r.shared {
-		existing = append(existing, s.store)
-	}
+	existing := r.storesLocked()
 	r.mu.Unlock()
 	for _, s := range existing {
 		f(s)
@@ -51,7 +76,8 @@ func (r *Registry) OnNewStore(f func(*Store)) {
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{shared: map[string]*sharedStorage{}, transforms: map[schema.GroupResource]Transform{}}
+	return &Registry{builtin: map[string]*sharedStorage{}, custom: map[string]*sharedStorage{},
+		transforms: map[schema.GroupResource]Transform{}}
 }
 
 // SetCacheTransform makes the watch cache of resource keep objects through
@@ -66,6 +92,9 @@ func (r *Registry) SetCacheTransform(resource schema.GroupResource, transform Tr
 type RESTOptionsGetter struct {
 	delegate generic.RESTOptionsGetter
 	registry *Registry
+	// content is the CRD content key of a custom-resource getter, empty
+	// for built-in resources.
+	content string
 }
 
 type sharedStorage struct {
@@ -81,23 +110,51 @@ func (r *Registry) Wrap(delegate generic.RESTOptionsGetter) *RESTOptionsGetter {
 	return &RESTOptionsGetter{delegate: delegate, registry: r}
 }
 
+// WrapCustom is Wrap for the custom resources of one CRD content: the
+// storages it hands out are shared only with registries of the same
+// content.
+func (r *Registry) WrapCustom(delegate generic.RESTOptionsGetter, content string) *RESTOptionsGetter {
+	return &RESTOptionsGetter{delegate: delegate, registry: r, content: content}
+}
+
 // GetRESTOptions implements generic.RESTOptionsGetter.
 func (g *RESTOptionsGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
 	opts, err := g.delegate.GetRESTOptions(resource, example)
 	if err != nil {
 		return opts, err
 	}
-	opts.Decorator = g.registry.decorate(resource, opts.Decorator)
+	opts.Decorator = g.registry.decorate(resource, g.content, opts.Decorator)
 	return opts, nil
 }
 
-// Storage returns the plane-scoped storage already built for a resource,
-// or nil when no registry for it exists yet.
+// Storage returns the storage already built for a built-in resource, or
+// nil when no registry for it exists yet. It never returns a
+// custom-resource storage: use StorageFor for those.
 func (r *Registry) Storage(resource schema.GroupResource) *Store {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.shared {
-		if s.store.resource == resource {
+	return findLocked(r.builtin, resource, "")
+}
+
+// StorageFor returns the storage that serves resource in plane: the
+// built-in one, or the custom-resource storage of the plane's CRD content;
+// nil when there is none (yet).
+func (r *Registry) StorageFor(plane string, resource schema.GroupResource) *Store {
+	if s := r.Storage(resource); s != nil {
+		return s
+	}
+	content, ok := r.resolveContent(plane, resource)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return findLocked(r.custom, resource, content)
+}
+
+func findLocked(m map[string]*sharedStorage, resource schema.GroupResource, content string) *Store {
+	for _, s := range m {
+		if s.store.resource == resource && s.store.content == content {
 			return s.store
 		}
 	}
@@ -108,9 +165,15 @@ func (r *Registry) Storage(resource schema.GroupResource) *Store {
 func (r *Registry) Stores() []*Store {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	stores := make([]*Store, 0, len(r.shared))
-	for _, s := range r.shared {
-		stores = append(stores, s.store)
+	return r.storesLocked()
+}
+
+func (r *Registry) storesLocked() []*Store {
+	stores := make([]*Store, 0, len(r.builtin)+len(r.custom))
+	for _, m := range []map[string]*sharedStorage{r.builtin, r.custom} {
+		for _, s := range m {
+			stores = append(stores, s.store)
+		}
 	}
 	return stores
 }
@@ -125,7 +188,7 @@ func memoKey(config *storagebackend.ConfigForResource, resourcePrefix string) st
 	return resourcePrefix + "|" + fmt.Sprint(config.EncodeVersioner)
 }
 
-func (r *Registry) decorate(resource schema.GroupResource, inner generic.StorageDecorator) generic.StorageDecorator {
+func (r *Registry) decorate(resource schema.GroupResource, content string, inner generic.StorageDecorator) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -136,59 +199,75 @@ func (r *Registry) decorate(resource schema.GroupResource, inner generic.Storage
 		_ storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		key := memoKey(config, resourcePrefix)
+		shared, key := r.builtin, memoKey(config, resourcePrefix)
+		if content != "" {
+			shared, key = r.custom, key+"|"+content
+			// One prefix holds every plane's objects, whatever their CRD:
+			// this storage's cache sees objects of planes whose CRD differs
+			// (scope, versions). Their keys must not collide and an object
+			// it cannot decode must not end its watch; such objects are
+			// never served from it (Owns, StorageFor).
+			cacheKeyFunc = objectKeyFunc(resourcePrefix)
+			config = tolerantConfig(config)
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if s, ok := r.shared[key]; ok {
+		if s, ok := shared[key]; ok {
 			s.refs++
-			return s.store, r.release(key), nil
+			return s.store, r.release(shared, key), nil
 		}
-
-		planeKeyFunc := func(obj runtime.Object) (string, error) {
-			key, err := cacheKeyFunc(obj)
-			if err != nil {
-				return "", err
-			}
-			plane := planes.OfObject(obj)
-			if plane == "" {
-				return "", fmt.Errorf("%s object %q carries no %s annotation", resource, key, planes.Annotation)
-			}
-			return scopeKey(resourcePrefix, plane, key)
-		}
-		// The upstream trigger (pods by spec.nodeName, for kubelets) has no
-		// use here; the plane is the one dimension every watcher is scoped by.
-		trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
-
-		if transform, ok := r.transforms[resource]; ok {
-			inner = cachedStorage(transform)
-		}
-		raw, destroy, err := inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc,
-			withPlaneField(getAttrsFunc), trigger, indexers)
+		raw, destroy, err := r.build(resource, inner, config, resourcePrefix, cacheKeyFunc, newFunc, newListFunc, getAttrsFunc, indexers)
 		if err != nil {
 			return nil, nil, err
 		}
-		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{})}
-		r.shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
+		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, content: content, registry: r,
+			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{})}
+		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
 		for _, f := range r.onNew {
 			go f(store)
 		}
-		return store, r.release(key), nil
+		return store, r.release(shared, key), nil
 	}
 }
 
-func (r *Registry) release(key string) factory.DestroyFunc {
+// build makes the underlying storage (normally a watch cache over the
+// datastore) with plane-aware keys and the plane as trigger index.
+func (r *Registry) build(resource schema.GroupResource, inner generic.StorageDecorator, config *storagebackend.ConfigForResource,
+	resourcePrefix string, cacheKeyFunc func(obj runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
+	getAttrsFunc storage.AttrFunc, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+	planeKeyFunc := func(obj runtime.Object) (string, error) {
+		key, err := cacheKeyFunc(obj)
+		if err != nil {
+			return "", err
+		}
+		plane := planes.OfObject(obj)
+		if plane == "" {
+			return "", fmt.Errorf("%s object %q carries no %s annotation", resource, key, planes.Annotation)
+		}
+		return scopeKey(resourcePrefix, plane, key)
+	}
+	// The upstream trigger (pods by spec.nodeName, for kubelets) has no
+	// use here; the plane is the one dimension every watcher is scoped by.
+	trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
+	if transform, ok := r.transforms[resource]; ok {
+		inner = cachedStorage(transform)
+	}
+	return inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc, withPlaneField(getAttrsFunc), trigger, indexers)
+}
+
+func (r *Registry) release(shared map[string]*sharedStorage, key string) factory.DestroyFunc {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			r.mu.Lock()
-			s, ok := r.shared[key]
+			s, ok := shared[key]
 			if ok {
 				s.refs--
 				if s.refs > 0 {
 					r.mu.Unlock()
 					return
 				}
-				delete(r.shared, key)
+				delete(shared, key)
 			}
 			r.mu.Unlock()
 			if ok {

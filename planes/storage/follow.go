@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
@@ -49,29 +50,53 @@ func ObjectKey(obj runtime.Object) string {
 // of different planes never collapse (client-go informers key by
 // namespace/name and cannot be used here).
 func Follow(ctx context.Context, s *Store, h Handler) {
+	ctx, cancel := untilGone(ctx, s)
+	defer cancel()
 	all := planes.WithAllPlanes(ctx)
 	known := &seen{uids: map[string]types.UID{}}
-	backoff := 100 * time.Millisecond
+	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		rv, err := relist(all, s, h, known)
 		if err == nil {
 			err = follow(all, s, h, known, rv)
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			logrus.WithError(err).WithField("resource", s.resource.String()).Debug("cross-plane watch restarts")
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, backoff.Step()) {
 			return
-		case <-time.After(backoff):
-		}
-		if backoff < 5*time.Second {
-			backoff *= 2
 		}
 	}
+}
+
+// retryBackoff paces the restarts of a cross-plane watch.
+func retryBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 7, Cap: 5 * time.Second}
+}
+
+// sleepCtx waits d and reports whether ctx is still alive.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// untilGone returns a context that ends with ctx or when s is destroyed.
+func untilGone(ctx context.Context, s *Store) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.Gone():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // seen is what a handler has been given, so that a relist can report what
@@ -120,6 +145,9 @@ func relist(ctx context.Context, s *Store, h Handler, known *seen) (string, erro
 	}
 	listed := make(map[string]bool, len(items))
 	for _, obj := range items {
+		if !s.Owns(planes.OfObject(obj)) {
+			continue
+		}
 		listed[ObjectKey(obj)] = true
 		known.add(obj)
 		h.Upsert(obj)
@@ -159,10 +187,17 @@ func follow(ctx context.Context, s *Store, h Handler, known *seen, rv string) er
 			obj := unwrap(ev.Object)
 			switch ev.Type {
 			case watch.Added, watch.Modified:
+				if !s.Owns(planes.OfObject(obj)) {
+					continue
+				}
 				known.add(obj)
 				h.Upsert(obj)
 			case watch.Deleted:
-				delete(known.uids, ObjectKey(obj))
+				key := ObjectKey(obj)
+				if _, given := known.uids[key]; !given && !s.Owns(planes.OfObject(obj)) {
+					continue
+				}
+				delete(known.uids, key)
 				h.Delete(obj)
 			case watch.Error:
 				return fmt.Errorf("watch of %s: %v", s.resource, ev.Object)

@@ -22,6 +22,10 @@ type Store struct {
 	resourcePrefix string
 	newFunc        func() runtime.Object
 	newListFunc    func() runtime.Object
+	// content is the CRD content key of a custom-resource storage (empty
+	// for built-in resources); registry resolves which planes use it.
+	content  string
+	registry *Registry
 	// gone is closed when the storage is destroyed (the last CRD serving a
 	// custom resource went away), so that followers of it stop.
 	gone chan struct{}
@@ -31,6 +35,18 @@ var _ storage.Interface = &Store{}
 
 // Resource is the group/resource this storage serves.
 func (s *Store) Resource() schema.GroupResource { return s.resource }
+
+// Owns reports whether this storage serves plane's objects. A built-in
+// storage serves every plane; a custom-resource storage serves the planes
+// whose CRD has its content. Its cache also holds other planes' objects of
+// the same resource (one datastore prefix), which followers must skip.
+func (s *Store) Owns(plane string) bool {
+	if s.content == "" {
+		return true
+	}
+	content, ok := s.registry.resolveContent(plane, s.resource)
+	return ok && content == s.content
+}
 
 // ResourcePrefix is the storage prefix of the resource ("/pods").
 func (s *Store) ResourcePrefix() string { return s.resourcePrefix }

@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, fleet, snapshot, streams, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -62,6 +62,9 @@ func main() {
 	streamUsers := flag.Int("stream-users", 4, "identities the streams are spread over (each at its per-identity limit)")
 	streamObjects := flag.Int("stream-objects", 100, "objects (10 kinds) in the plane of the streams scenario")
 	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
+	churnSettle := flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
+	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
+	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -76,7 +79,8 @@ func main() {
 	exit := func(err error) { stop(); fail(err) }
 	if side.Quick {
 		side.applyQuick()
-		*planes, *cycles, *fleetReplicas = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10)
+		*planes, *cycles, *fleetReplicas, *crdCycles = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10), min(*crdCycles, 20)
+		*churnSettle = min(*churnSettle, time.Second)
 		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
 		*streams, *streamObjects = min(*streams, 20), min(*streamObjects, 20)
 	}
@@ -90,7 +94,7 @@ func main() {
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
 		Binary:  bin,
-		Command: strings.Join(os.Args, " "),
+		Command: reproduceCommand(os.Args[1:]),
 	}
 	for _, scenario := range strings.Split(*scenarios, ",") {
 		var res Result
@@ -107,6 +111,8 @@ func main() {
 			res, err = fleetScenario(bin, fleetParams{Replicas: *fleetReplicas, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "crds":
 			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
+		case "crd-churn":
+			res, err = crdChurn(bin, crdChurnParams{Cycles: *crdCycles, Old: *oldBinary, ProfileDir: *profileDir, Settle: *churnSettle})
 		case "snapshot":
 			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
 		case "streams":
@@ -152,4 +158,11 @@ func printResult(r Result) {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
+}
+
+// reproduceCommand is the command that reruns this benchmark from the
+// repository, for the report: os.Args[0] is a path in the build cache
+// under `go run`, private to this machine.
+func reproduceCommand(args []string) string {
+	return strings.Join(append([]string{"go", "run", "./scripts/bench"}, args...), " ")
 }

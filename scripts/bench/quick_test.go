@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 // TestQuickBench runs every side-by-side scenario with --quick counts
@@ -18,9 +20,7 @@ import (
 // are: those depend on the machine.
 func TestQuickBench(t *testing.T) {
 	binary := os.Getenv("KPLANE_BINARY")
-	if binary == "" {
-		t.Skip("KPLANE_BINARY is not set (make test sets it)")
-	}
+	framework.Require(t, binary != "", "KPLANE_BINARY is not set: run it through 'make test', or 'make test-unit' for the unit tests without it")
 	t.Setenv("TMPDIR", t.TempDir())
 	var o sideBySideOptions
 	o.register(flag.NewFlagSet("bench", flag.ContinueOnError))

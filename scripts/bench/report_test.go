@@ -82,3 +82,12 @@ func TestComparison(t *testing.T) {
 		}
 	}
 }
+
+// The report names a command anyone can rerun from the repository, not the
+// build-cache path of the binary `go run` made.
+func TestReproduceCommand(t *testing.T) {
+	got := reproduceCommand([]string{"--binary", "bin/kplane", "--quick"})
+	if want := "go run ./scripts/bench --binary bin/kplane --quick"; got != want {
+		t.Fatalf("reproduceCommand = %q, want %q", got, want)
+	}
+}

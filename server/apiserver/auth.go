@@ -10,6 +10,10 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	authzpath "k8s.io/apiserver/pkg/authorization/path"
 	"k8s.io/apiserver/pkg/authorization/union"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	authenticationrest "k8s.io/kubernetes/pkg/registry/authentication/rest"
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/auth"
@@ -83,4 +87,25 @@ func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorize
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/impersonation", Authorizer: authorizer.AuthorizerFunc(auth.ImpersonationGuard{PrivilegedUsers: []string{adminUser}}.Authorize)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/rbac", Authorizer: planeRBAC},
 	)
+}
+
+// planeTokenReviews installs authentication.k8s.io with TokenReviews that
+// authenticate a token as a request to the review's plane would be
+// (auth.TokenReviews); the upstream storage reviews every token outside any
+// plane, where no service-account token is valid.
+type planeTokenReviews struct {
+	authenticationrest.RESTStorageProvider
+}
+
+func (p planeTokenReviews) NewRESTStorage(resources serverstorage.APIResourceConfigSource, options generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
+	info, err := p.RESTStorageProvider.NewRESTStorage(resources, options)
+	if err != nil {
+		return info, err
+	}
+	for _, storages := range info.VersionedResourcesStorageMap {
+		if _, ok := storages["tokenreviews"]; ok {
+			storages["tokenreviews"] = auth.NewTokenReviews(p.Authenticator, p.APIAudiences)
+		}
+	}
+	return info, nil
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
@@ -21,9 +21,11 @@ import (
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
@@ -102,6 +104,9 @@ type Config struct {
 	SnapshotStreams snapshot.StreamLimits
 	// ManifestsDir holds manifests kept applied (empty: none).
 	ManifestsDir string
+	// ReadyzChecks are added to /readyz; a grouped one is also served on
+	// /readyz/<group>, its name being free to change.
+	ReadyzChecks []healthz.HealthChecker
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -110,6 +115,9 @@ type EtcdConfig struct {
 	CAFile    string
 	CertFile  string
 	KeyFile   string
+	// CompactionInterval: how often the apiserver compacts the datastore
+	// up to the revision it saw one interval before (0: never).
+	CompactionInterval time.Duration
 }
 
 // CompletedConfig is a Config with the upstream apiserver configuration
@@ -153,7 +161,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		completed,
-		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		resourceConfig(),
 		generatedopenapi.GetOpenAPIDefinitions,
 		nil,
@@ -221,6 +229,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("building control plane config: %w", err)
 	}
+	// Every plane has an issuer of its own, so one server-wide issuer
+	// discovery document (/.well-known/openid-configuration) would be wrong
+	// for all but one: none is served, and without an issuer URL upstream
+	// says so at info level instead of reporting an error.
+	controlPlane.ServiceAccountIssuerURL = ""
 	// Only the storage getters are taken from the apiextensions config: CRDs
 	// are served per plane by planes/crds, not by the upstream CRD server.
 	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*genericConfig, informers, nil, completed, 1,
@@ -268,11 +281,16 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.GenericServerRunOptions.ShutdownDelayDuration = 0
 	o.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = 5 * time.Second
 	o.Features.EnableProfiling = c.EnableProfiling
+	// kplane sets none of the metrics options (hidden or disabled metrics,
+	// label allow-lists); applying the empty ones only logs "The manifest
+	// file is empty" as an error.
+	o.Metrics = nil
 
 	o.Etcd.StorageConfig.Transport.ServerList = c.Etcd.Endpoints
 	o.Etcd.StorageConfig.Transport.TrustedCAFile = c.Etcd.CAFile
 	o.Etcd.StorageConfig.Transport.CertFile = c.Etcd.CertFile
 	o.Etcd.StorageConfig.Transport.KeyFile = c.Etcd.KeyFile
+	o.Etcd.StorageConfig.CompactionInterval = c.Etcd.CompactionInterval
 
 	o.Authentication.Anonymous.Allow = false
 	o.Authentication.ClientCert.ClientCA = c.ClientCAFile
@@ -292,9 +310,16 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
 	planesPlugin := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes, planeCount)
 	o.Admission.GenericAdmission.Plugins.Register(admission.PlanesPluginName, planesPlugin.Factory())
+	rootOwn, err := rootOwnGroups()
+	if err != nil {
+		return nil, err
+	}
+	crdGroups := admission.NewCRDGroups(builtinGroups(), rootOwn)
+	o.Admission.GenericAdmission.Plugins.Register(admission.CRDGroupsPluginName, crdGroups.Factory())
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
 		admission.PlanesPluginName,
+		admission.CRDGroupsPluginName,
 		defaulttolerationseconds.PluginName,
 		approval.PluginName,
 		signing.PluginName,
@@ -334,7 +359,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
 		services:   servicesConfig(c.config),
 	}
-	providers, err := storageProviders(c.controlPlane, core)
+	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
 	if err != nil {
 		return nil, err
 	}
@@ -365,15 +390,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.saRegistries.Secrets = core.registries.Secrets
 	c.saRegistries.Nodes = core.registries.Nodes
 
-	coreStores := func(resource string) *planestorage.Store {
-		if gr := (schema.GroupResource{Group: rbacv1.GroupName, Resource: resource}); strings.HasPrefix(resource, "cluster") || strings.HasPrefix(resource, "role") {
-			return c.storage.Storage(gr)
-		}
-		return c.storage.Storage(schema.GroupResource{Resource: resource})
-	}
 	boot := bootstrap.New(bootstrap.Config{
 		Namespaces:  core.registries.Namespaces,
-		Stores:      coreStores,
+		Stores:      c.bootstrapStores,
 		CACert:      c.config.CACert,
 		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
 		ServicePort: int32(c.config.Port),
@@ -413,12 +432,15 @@ func (c CompletedConfig) New() (*Server, error) {
 			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
 			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
 		},
-		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		Serializer: c.controlPlane.Generic.Serializer,
 		Streams:    c.config.SnapshotStreams,
 	}))
 
 	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
+	if err := addReadyzChecks(server.GenericAPIServer, c.config.ReadyzChecks); err != nil {
+		return nil, err
+	}
 	if err := c.metrics.Register(); err != nil {
 		return nil, err
 	}
@@ -477,7 +499,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 				return manager.HasSynced(), nil
 			}) == nil {
-				generic.Run(ctx)
+				generic.Run(ctx, manager)
 			}
 		}()
 		return nil
@@ -503,4 +525,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		Fleets:           fleets,
 	}
 	return s, nil
+}
+
+// bootstrapGroups are the groups of the non-core resources bootstrap writes.
+var bootstrapGroups = map[string]string{
+	"clusterroles": rbacv1.GroupName, "clusterrolebindings": rbacv1.GroupName,
+	"roles": rbacv1.GroupName, "rolebindings": rbacv1.GroupName,
+	"flowschemas": flowcontrolv1.GroupName, "prioritylevelconfigurations": flowcontrolv1.GroupName,
+}
+
+// bootstrapStores returns the plane-scoped storage of a resource bootstrap
+// writes (core unless bootstrapGroups says otherwise).
+func (c CompletedConfig) bootstrapStores(resource string) *planestorage.Store {
+	return c.storage.Storage(schema.GroupResource{Group: bootstrapGroups[resource], Resource: resource})
 }

@@ -17,10 +17,12 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	rbacinternal "k8s.io/kubernetes/pkg/apis/rbac"
 
+	"kplane.dev/kplane/manifests"
 	"kplane.dev/kplane/planes/crds"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
@@ -49,33 +51,58 @@ func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) 
 		return nil, fmt.Errorf("installing apiextensions.k8s.io: %w", err)
 	}
 
-	builtin := sets.New[string]()
-	for _, gv := range legacyscheme.Scheme.PrioritizedVersionsAllGroups() {
-		builtin.Insert(gv.Group)
-	}
-	builtin.Insert(apiextensionsv1.GroupName)
-
-	generic := c.controlPlane.Generic
+	builtin := builtinGroups()
+	shared := c.controlPlane.Generic
 	s := crds.New(crds.Config{
 		Handler: crds.HandlerConfig{
-			RESTOptionsGetter:   c.storage.Wrap(c.crdGetters.customResources),
-			Admission:           generic.AdmissionControl,
-			Authorizer:          generic.Authorization.Authorizer,
+			Storage: func(content string) generic.RESTOptionsGetter {
+				return c.storage.WrapCustom(c.crdGetters.customResources, content)
+			},
+			Admission:           shared.AdmissionControl,
+			Authorizer:          shared.Authorization.Authorizer,
 			ServiceResolver:     noServiceResolver{},
 			AuthResolverWrapper: identityAuthResolverWrapper,
-			RequestTimeout:      generic.RequestTimeout,
-			MinRequestTimeout:   secondsToDuration(generic.MinRequestTimeout),
+			RequestTimeout:      shared.RequestTimeout,
+			MinRequestTimeout:   secondsToDuration(shared.MinRequestTimeout),
 			StaticOpenAPISpec:   info.StaticOpenAPISpec,
-			MaxRequestBodyBytes: generic.MaxRequestBodyBytes,
+			MaxRequestBodyBytes: shared.MaxRequestBodyBytes,
 		},
+		Storages:      c.storage,
 		CRDStorage:    c.storage.Storage(apiextensionsv1.Resource("customresourcedefinitions")),
 		CRDStatus:     crdStatus,
 		CRDs:          crdREST,
 		BuiltinGroups: builtin,
-		Serializer:    generic.Serializer,
+		Serializer:    shared.Serializer,
 	}, server.UnprotectedHandler())
 	s.SetStaticOpenAPI(func() *spec.Swagger { return server.StaticOpenAPISpec })
 	return s, nil
+}
+
+// builtinGroups are the API groups the server serves itself in every
+// plane: no CRD may define resources in them.
+func builtinGroups() sets.Set[string] {
+	builtin := sets.New[string]()
+	for _, gv := range legacyscheme.Scheme.PrioritizedVersionsAllGroups() {
+		builtin.Insert(gv.Group)
+	}
+	return builtin.Insert(apiextensionsv1.GroupName, apiregistration.GroupName)
+}
+
+// rootOwnGroups are the groups of kplane's own API in the root plane, with
+// the CRDs the server installs in them (manifests/crds).
+func rootOwnGroups() (map[string]sets.Set[string], error) {
+	crds, err := manifests.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]sets.Set[string]{}
+	for _, crd := range crds {
+		if own[crd.Spec.Group] == nil {
+			own[crd.Spec.Group] = sets.New[string]()
+		}
+		own[crd.Spec.Group].Insert(crd.Name)
+	}
+	return own, nil
 }
 
 // lateCRDs lets the handler chain be built before the CRD server exists.

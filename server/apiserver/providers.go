@@ -16,20 +16,26 @@ import (
 	coordinationrest "k8s.io/kubernetes/pkg/registry/coordination/rest"
 	discoveryrest "k8s.io/kubernetes/pkg/registry/discovery/rest"
 	eventsrest "k8s.io/kubernetes/pkg/registry/events/rest"
+	flowcontrolrest "k8s.io/kubernetes/pkg/registry/flowcontrol/rest"
 	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
 	noderest "k8s.io/kubernetes/pkg/registry/node/rest"
 	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
 	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
 	storagerest "k8s.io/kubernetes/pkg/registry/storage/rest"
+	storagemigrationrest "k8s.io/kubernetes/pkg/registry/storagemigration/rest"
 )
 
 // storageProviders lists the API groups every plane serves, in discovery
-// order (the same order as kube-apiserver). Left out: flowcontrol (priority
-// and fairness is a server-wide concern, configured once, not per tenant),
-// storage migration and resource (DRA needs a scheduler and kubelets), and
-// the aggregator's APIServices.
-func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
+// order (the same order as kube-apiserver, the aggregator's APIServices
+// last). Left out: resource (DRA needs a scheduler and kubelets).
+//
+// FlowSchemas and PriorityLevelConfigurations are plane objects that
+// configure nothing: the server's own fairness is max-in-flight, the same
+// for every plane. StorageVersionMigrations are stored; no migration
+// controller acts on them (a plane's objects are always written in the
+// storage version of the server that serves them).
+func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvider, apiServices apiRegistrationProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
 	client, err := kubernetes.NewForConfig(c.Generic.LoopbackClientConfig)
 	if err != nil {
 		return nil, fmt.Errorf("loopback client: %w", err)
@@ -38,7 +44,7 @@ func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvide
 	return []controlplaneapiserver.RESTStorageProvider{
 		core,
 		apiserverinternalrest.StorageProvider{},
-		authenticationrest.RESTStorageProvider{Authenticator: c.Generic.Authentication.Authenticator, APIAudiences: c.Generic.Authentication.APIAudiences},
+		planeTokenReviews{authenticationrest.RESTStorageProvider{Authenticator: c.Generic.Authentication.Authenticator, APIAudiences: c.Generic.Authentication.APIAudiences}},
 		authorizationrest.RESTStorageProvider{Authorizer: authz, RuleResolver: c.Generic.RuleResolver},
 		autoscalingrest.RESTStorageProvider{},
 		batchrest.RESTStorageProvider{},
@@ -51,9 +57,14 @@ func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvide
 		withoutPostStartHook{rbacrest.RESTStorageProvider{Authorizer: authz}},
 		withoutPostStartHook{schedulingrest.RESTStorageProvider{}},
 		storagerest.RESTStorageProvider{},
+		storagemigrationrest.RESTStorageProvider{},
+		// Its hook seeds the APF configuration of one cluster through
+		// informers of the root plane; planes/bootstrap writes it per plane.
+		withoutPostStartHook{flowcontrolrest.RESTStorageProvider{}},
 		appsrest.StorageProvider{},
 		admissionregistrationrest.RESTStorageProvider{Authorizer: authz, DiscoveryClient: client.Discovery()},
 		eventsrest.RESTStorageProvider{TTL: c.EventTTL},
+		apiServices,
 	}, nil
 }
 

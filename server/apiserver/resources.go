@@ -1,15 +1,10 @@
 package apiserver
 
 import (
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	flowcontrolv1beta1 "k8s.io/api/flowcontrol/v1beta1"
-	flowcontrolv1beta2 "k8s.io/api/flowcontrol/v1beta2"
-	flowcontrolv1beta3 "k8s.io/api/flowcontrol/v1beta3"
 	resourcev1 "k8s.io/api/resource/v1"
 	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
 	resourcev1beta2 "k8s.io/api/resource/v1beta2"
-	storagemigrationv1beta1 "k8s.io/api/storagemigration/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	"k8s.io/kubernetes/pkg/controlplane"
@@ -21,13 +16,12 @@ import (
 var notServed = []schema.GroupVersion{
 	resourcev1.SchemeGroupVersion, resourcev1beta1.SchemeGroupVersion,
 	resourcev1beta2.SchemeGroupVersion, resourcev1alpha3.SchemeGroupVersion,
-	flowcontrolv1.SchemeGroupVersion, flowcontrolv1beta1.SchemeGroupVersion,
-	flowcontrolv1beta2.SchemeGroupVersion, flowcontrolv1beta3.SchemeGroupVersion,
-	storagemigrationv1beta1.SchemeGroupVersion,
-	{Group: "storagemigration.k8s.io", Version: "v1"},
 }
 
-// resourceConfig is kube-apiserver's default API surface minus notServed.
+// resourceConfig is kube-apiserver's default API surface minus notServed:
+// the versions kube-apiserver enables by default and no others
+// (flowcontrol.apiserver.k8s.io/v1, storagemigration.k8s.io/v1, not their
+// betas).
 func resourceConfig() *serverstorage.ResourceConfig {
 	c := controlplane.DefaultAPIResourceConfigSource()
 	c.DisableVersions(notServed...)

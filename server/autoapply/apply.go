@@ -199,15 +199,9 @@ func (t *targets) ensurePlane(ctx context.Context, plane string) error {
 	}
 	p, err := t.planes.Get(ctx, plane, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		obj := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": lifecycle.GVR.GroupVersion().String(), "kind": "Plane",
-			"metadata": map[string]any{
-				"name":        plane,
-				"annotations": map[string]any{lifecycle.CreatedByAnnotation: FieldManager},
-			},
-			"spec": map[string]any{},
-		}}
-		p, err = t.planes.Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
+		obj := lifecycle.NewPlane(plane)
+		obj.Annotations = map[string]string{lifecycle.CreatedByAnnotation: FieldManager}
+		p, err = t.planes.Create(ctx, obj.Unstructured(), metav1.CreateOptions{FieldManager: FieldManager})
 		if err == nil {
 			logrus.WithField("plane", plane).Info("plane created for manifests")
 		} else if apierrors.IsAlreadyExists(err) {

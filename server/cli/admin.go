@@ -11,6 +11,7 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/server"
+	"kplane.dev/kplane/server/credentials"
 )
 
 // adminFlags locate the admin credential of a server: its admin
@@ -74,13 +75,7 @@ func (a *admin) config(plane string) (*rest.Config, error) {
 // kubeconfig returns a kubeconfig for plane with the given credential.
 func (a *admin) kubeconfig(plane, token string) *clientcmdapi.Config {
 	cluster := a.raw.Clusters[a.raw.Contexts[a.raw.CurrentContext].Cluster]
-	out := clientcmdapi.NewConfig()
-	name := "kplane-" + plane
-	out.Clusters[name] = &clientcmdapi.Cluster{Server: a.server + planes.Path(plane), CertificateAuthorityData: cluster.CertificateAuthorityData}
-	out.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
-	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	out.CurrentContext = name
-	return out
+	return credentials.Kubeconfig("kplane-"+plane, a.server+planes.Path(plane), cluster.CertificateAuthorityData, token)
 }
 
 func (a *admin) adminToken() string {

@@ -88,11 +88,7 @@ func createPlane(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	plane := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": lifecycle.GVR.GroupVersion().String(), "kind": "Plane",
-		"metadata": map[string]any{"name": id}, "spec": map[string]any{},
-	}}
-	if _, err := client.Create(c.Context, plane, metav1.CreateOptions{}); err != nil {
+	if _, err := client.Create(c.Context, lifecycle.NewPlane(id).Unstructured(), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(c.Context, 50*time.Millisecond, c.Duration("timeout"), true, func(ctx context.Context) (bool, error) {

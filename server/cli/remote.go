@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
 	"kplane.dev/kplane/server/credentials"
 )
 
@@ -55,12 +53,7 @@ func remoteAdmin(ctx context.Context, serverURL, token string) (*admin, error) {
 	if err := waitReady(ctx, server, caPEM); err != nil {
 		return nil, err
 	}
-	raw := clientcmdapi.NewConfig()
-	raw.Clusters["kplane"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	raw.AuthInfos["kplane-admin"] = &clientcmdapi.AuthInfo{Token: token}
-	raw.Contexts["kplane"] = &clientcmdapi.Context{Cluster: "kplane", AuthInfo: "kplane-admin"}
-	raw.CurrentContext = "kplane"
-	return &admin{raw: raw, server: server}, nil
+	return &admin{raw: credentials.Kubeconfig("kplane", server, caPEM, token), server: server}, nil
 }
 
 // unreachableError: the server does not answer (yet).

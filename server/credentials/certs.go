@@ -17,15 +17,23 @@ import (
 	"slices"
 	"time"
 
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 )
 
 const (
 	caValidity   = 10 * 365 * 24 * time.Hour
 	leafValidity = 365 * 24 * time.Hour
-	// renewBefore: a leaf certificate this close to expiry is reissued at start.
-	renewBefore = 30 * 24 * time.Hour
 )
+
+// RenewalTime is when a leaf certificate is reissued: once less than a third
+// of its lifetime remains (about four months ahead for the one-year leaves
+// kplane issues), so that a server that missed a renewal check, or a client
+// with a skewed clock, still has months to spare.
+func RenewalTime(cert *x509.Certificate) time.Time {
+	lifetime := cert.NotAfter.Sub(cert.NotBefore)
+	return cert.NotAfter.Add(-lifetime / 3)
+}
 
 // CA is the kplane certificate authority.
 type CA struct {
@@ -87,21 +95,31 @@ type Leaf struct {
 	Client       bool
 }
 
-// Ensure issues certFile/keyFile for leaf unless a valid certificate signed
-// by this CA with at least the requested names already exists.
+// Ensure issues certFile/keyFile for leaf unless a certificate signed by
+// this CA with at least the requested names, and not yet due for renewal
+// (RenewalTime), already exists.
 func (ca *CA) Ensure(certFile, keyFile string, leaf Leaf) error {
-	if cert, _, err := load(certFile, keyFile); err == nil && ca.covers(cert, leaf) {
-		return nil
+	_, err := ca.ensure(certFile, keyFile, leaf, time.Now())
+	return err
+}
+
+// ensure is Ensure at now; it returns the certificate in certFile.
+func (ca *CA) ensure(certFile, keyFile string, leaf Leaf, now time.Time) (*x509.Certificate, error) {
+	if cert, _, err := load(certFile, keyFile); err == nil && ca.covers(cert, leaf, now) {
+		return cert, nil
 	}
+	return ca.issue(certFile, keyFile, leaf, now)
+}
+
+func (ca *CA) issue(certFile, keyFile string, leaf Leaf, now time.Time) (*x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	serial, err := randomSerial()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organization},
@@ -119,13 +137,17 @@ func (ca *CA) Ensure(certFile, keyFile string, leaf Leaf) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeKeyPair(certFile, keyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return cert, writeKeyPair(certFile, keyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
 }
 
-func (ca *CA) covers(cert *x509.Certificate, leaf Leaf) bool {
-	if cert.CheckSignatureFrom(ca.Cert) != nil || time.Until(cert.NotAfter) < renewBefore {
+func (ca *CA) covers(cert *x509.Certificate, leaf Leaf, now time.Time) bool {
+	if cert.CheckSignatureFrom(ca.Cert) != nil || !now.Before(RenewalTime(cert)) {
 		return false
 	}
 	if cert.Subject.CommonName != leaf.CommonName || !slices.Equal(cert.Subject.Organization, leaf.Organization) {
@@ -169,18 +191,11 @@ func EnsureSigningKey(path string) (crypto.Signer, error) {
 }
 
 func load(certFile, keyFile string) (*x509.Certificate, crypto.Signer, error) {
-	certPEM, err := os.ReadFile(certFile)
+	certs, err := certutil.CertsFromFile(certFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return nil, nil, fmt.Errorf("%s: no PEM certificate", certFile)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", certFile, err)
-	}
+	cert := certs[0]
 	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,10 +10,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"kplane.dev/kplane/manifests"
 	"kplane.dev/kplane/manifests/contract"
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 // contractDo sends an admin request to the shared server and returns the
@@ -125,9 +126,12 @@ func TestContractPlaneResponses(t *testing.T) {
 		t.Fatalf("create Plane: %d %s", code, body)
 	}
 	mustValidate(t, doc, "Plane", "created Plane", body)
-	contractWaitFor(t, 30*time.Second, func() bool {
+	framework.Eventually(t, framework.DefaultTimeout, "Plane "+plane+" Ready", func(context.Context) error {
 		code, body = contractDo(t, http.MethodGet, planes+"/"+plane, nil)
-		return code == http.StatusOK && strings.Contains(string(body), `"phase":"Ready"`)
+		if code != http.StatusOK || !strings.Contains(string(body), `"phase":"Ready"`) {
+			return fmt.Errorf("%d %.300s", code, body)
+		}
+		return nil
 	})
 	mustValidate(t, doc, "Plane", "ready Plane", body)
 	code, body = contractDo(t, http.MethodGet, planes, nil)
@@ -165,23 +169,7 @@ func TestContractPlaneResponses(t *testing.T) {
 	}
 }
 
-// snapshotServed: a ready root plane answering 404 on /snapshot has no
-// snapshot endpoint.
-func snapshotServed(t *testing.T) bool {
-	code, body := contractDo(t, http.MethodGet, shared.URL+"/snapshot?resource=namespaces", nil)
-	if code == http.StatusNotFound {
-		return false
-	}
-	if code != http.StatusOK {
-		t.Fatalf("GET /snapshot: %d %s", code, body)
-	}
-	return true
-}
-
 func TestContractSnapshotResponses(t *testing.T) {
-	if !snapshotServed(t) {
-		t.Skip("this server does not serve /snapshot")
-	}
 	doc := servedContract(t)
 	plane := uniquePlane(t, "contract-snap")
 	base := shared.PlaneURL(plane)
@@ -235,32 +223,7 @@ func TestContractSnapshotResponses(t *testing.T) {
 	}
 }
 
-// fleetsServed: discovery of kplane.dev/v1 lists fleets.
-func fleetsServed(t *testing.T) bool {
-	code, body := contractDo(t, http.MethodGet, shared.URL+"/apis/kplane.dev/v1", nil)
-	if code != http.StatusOK {
-		t.Fatalf("discovery of kplane.dev/v1: %d %s", code, body)
-	}
-	var list struct {
-		Resources []struct {
-			Name string `json:"name"`
-		} `json:"resources"`
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range list.Resources {
-		if r.Name == "fleets" {
-			return true
-		}
-	}
-	return false
-}
-
 func TestContractFleetResponses(t *testing.T) {
-	if !fleetsServed(t) {
-		t.Skip("this server's discovery has no kplane.dev/v1 fleets")
-	}
 	doc := servedContract(t)
 	name := uniquePlane(t, "contract-fleet")
 	fleets := shared.URL + "/apis/kplane.dev/v1/fleets"
@@ -273,9 +236,12 @@ func TestContractFleetResponses(t *testing.T) {
 	}
 	mustValidate(t, doc, "Fleet", "created Fleet", body)
 	t.Cleanup(func() { contractDo(t, http.MethodDelete, fleets+"/"+name, nil) })
-	contractWaitFor(t, 60*time.Second, func() bool {
+	framework.Eventually(t, 2*framework.DefaultTimeout, "Fleet "+name+" 2/2 ready", func(context.Context) error {
 		code, body = contractDo(t, http.MethodGet, fleets+"/"+name, nil)
-		return code == http.StatusOK && strings.Contains(string(body), `"readyReplicas":2`)
+		if code != http.StatusOK || !strings.Contains(string(body), `"readyReplicas":2`) {
+			return fmt.Errorf("%d %.300s", code, body)
+		}
+		return nil
 	})
 	mustValidate(t, doc, "Fleet", "ready Fleet", body)
 	code, body = contractDo(t, http.MethodGet, fleets+"?labelSelector="+url.QueryEscape("a!=b"), nil)
@@ -296,16 +262,5 @@ func TestContractFleetResponses(t *testing.T) {
 	}
 	if doc.Validate("Fleet", body) != nil {
 		mustValidate(t, doc, "Status", "delete Fleet answer", body)
-	}
-}
-
-func contractWaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -23,29 +23,6 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s (last error: %v)", what, timeout, lastErr)
-}
-
-func gone(err error) (bool, error) {
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	return false, err
-}
-
 // fillNamespace writes 50 objects of 8 kinds (plus custom resources when
 // withCRs) into ns and returns how many it wrote.
 func fillNamespace(t *testing.T, c kubernetes.Interface, ns string) int {
@@ -139,7 +116,7 @@ func TestNamespaceDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything but the held object goes; the namespace reports why it stays.
-	eventually(t, 20*time.Second, "content deleted and conditions reported", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "content deleted and conditions reported", func() (bool, error) {
 		ns, err := ca.CoreV1().Namespaces().Get(ctx, "work", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -190,7 +167,7 @@ func TestNamespaceDeletion(t *testing.T) {
 
 	dropFinalizers[*corev1.ConfigMap](t, ca.CoreV1().ConfigMaps("work"), held.Name)
 	released := time.Now()
-	eventually(t, 5*time.Second, "namespace gone after the finalizer is removed", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "namespace gone after the finalizer is removed", func() (bool, error) {
 		_, err := ca.CoreV1().Namespaces().Get(ctx, "work", metav1.GetOptions{})
 		return gone(err)
 	})
@@ -241,7 +218,7 @@ func TestServiceAccountsAndRootCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease", "team"} {
-		eventually(t, 10*time.Second, "default service account and root CA in "+ns, func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "default service account and root CA in "+ns, func() (bool, error) {
 			if _, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 				return false, err
 			}
@@ -260,7 +237,7 @@ func TestServiceAccountsAndRootCA(t *testing.T) {
 	if _, err := c.CoreV1().ConfigMaps("team").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "default service account recreated and root CA restored", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "default service account recreated and root CA restored", func() (bool, error) {
 		if _, err := c.CoreV1().ServiceAccounts("team").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return false, err
 		}
@@ -324,7 +301,7 @@ func TestGarbageCollection(t *testing.T) {
 		if err := c.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "replicaset and pod collected", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "replicaset and pod collected", func() (bool, error) {
 			if _, err := c.AppsV1().ReplicaSets(ns).Get(ctx, rs.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, err
 			}
@@ -345,7 +322,7 @@ func TestGarbageCollection(t *testing.T) {
 		if err := c.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "pod being deleted while owners wait", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "pod being deleted while owners wait", func() (bool, error) {
 			p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil || p.DeletionTimestamp == nil {
 				return false, err
@@ -366,12 +343,12 @@ func TestGarbageCollection(t *testing.T) {
 			}
 			return true, nil
 		})
-		time.Sleep(300 * time.Millisecond)
-		if _, err := c.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{}); err != nil {
-			t.Fatalf("deployment deleted while its replicaset blocks it: %v", err)
-		}
+		framework.Consistently(t, time.Second, "deployment kept while its replicaset blocks it", func(ctx context.Context) error {
+			_, err := c.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
+			return err
+		})
 		dropFinalizers[*corev1.Pod](t, c.CoreV1().Pods(ns), pod.Name)
-		eventually(t, 10*time.Second, "whole chain gone", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "whole chain gone", func() (bool, error) {
 			_, err := c.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
 			return gone(err)
 		})
@@ -385,7 +362,7 @@ func TestGarbageCollection(t *testing.T) {
 		if err := c.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "deployment gone, replicaset orphaned", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "deployment gone, replicaset orphaned", func() (bool, error) {
 			if _, err := c.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, err
 			}
@@ -395,10 +372,16 @@ func TestGarbageCollection(t *testing.T) {
 			}
 			return len(got.OwnerReferences) == 0, fmt.Errorf("owner references %v", got.OwnerReferences)
 		})
-		time.Sleep(300 * time.Millisecond)
-		if p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || len(p.OwnerReferences) != 1 {
-			t.Fatalf("pod of the orphaned replicaset: %v %v", err, p)
-		}
+		framework.Consistently(t, time.Second, "pod of the orphaned replicaset kept with its owner", func(ctx context.Context) error {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(p.OwnerReferences) != 1 {
+				return fmt.Errorf("owner references %v", p.OwnerReferences)
+			}
+			return nil
+		})
 	})
 
 	t.Run("custom resource owner", func(t *testing.T) {
@@ -426,7 +409,7 @@ func TestGarbageCollection(t *testing.T) {
 			if err := dyn.Resource(rayGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, string(policy)+" from a custom resource", func() (bool, error) {
+			eventually(t, framework.DefaultTimeout, string(policy)+" from a custom resource", func() (bool, error) {
 				if _, err := dyn.Resource(rayGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return false, fmt.Errorf("owner still there: %v", err)
 				}
@@ -469,7 +452,7 @@ func TestGarbageCollection(t *testing.T) {
 		if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, dangling, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "dependents of absent owners collected", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "dependents of absent owners collected", func() (bool, error) {
 			if _, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "forged", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, err
 			}
@@ -488,7 +471,7 @@ func TestGarbageCollection(t *testing.T) {
 		if err := co.CoreV1().ConfigMaps(ns).Delete(ctx, "victim", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "dependent collected in its own plane", func() (bool, error) {
+		eventually(t, framework.DefaultTimeout, "dependent collected in its own plane", func() (bool, error) {
 			_, err := co.CoreV1().ConfigMaps(ns).Get(ctx, "victim-dep", metav1.GetOptions{})
 			return gone(err)
 		})
@@ -507,6 +490,16 @@ func dropFinalizers[T any](t *testing.T, client patcher[T], name string) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// namespaceCondition: ns reports condition kind as true.
+func namespaceCondition(ns *corev1.Namespace, kind corev1.NamespaceConditionType) bool {
+	for _, c := range ns.Status.Conditions {
+		if c.Type == kind && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {
@@ -557,7 +550,7 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sa *corev1.ServiceAccount
-	eventually(t, 10*time.Second, "default service account", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "default service account", func() (bool, error) {
 		sa, err = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
@@ -565,12 +558,22 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 	if err := c.CoreV1().Namespaces().Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	// Kill in the middle of the deletion: once some content is gone.
+	framework.Eventually(t, framework.DefaultTimeout, "namespace deletion under way", func(ctx context.Context) error {
+		cms, err := c.CoreV1().ConfigMaps("big").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cms.Items) == objects {
+			return fmt.Errorf("all %d configmaps still there", objects)
+		}
+		return nil
+	})
 	s.Kill()
 	s.Restart(t)
 	c = s.Client(t, plane)
 
-	eventually(t, 30*time.Second, "content deleted after the restart", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "content deleted after the restart", func() (bool, error) {
 		cms, err := c.CoreV1().ConfigMaps("big").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -578,7 +581,7 @@ func TestNamespaceDeletionAcrossRestart(t *testing.T) {
 		return len(cms.Items) == 0, fmt.Errorf("%d configmaps left", len(cms.Items))
 	})
 	dropFinalizers[*corev1.Secret](t, c.CoreV1().Secrets("big"), held.Name)
-	eventually(t, 5*time.Second, "namespace gone", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "namespace gone", func() (bool, error) {
 		_, err := c.CoreV1().Namespaces().Get(ctx, "big", metav1.GetOptions{})
 		return gone(err)
 	})
@@ -617,15 +620,39 @@ func TestControllersSurvivePlaneDeletion(t *testing.T) {
 	if err := c.CoreV1().Namespaces().Delete(ctx, "w", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Delete the plane once the controllers hold work for it.
+	framework.Eventually(t, framework.DefaultTimeout, "controllers holding work", func(ctx context.Context) error {
+		ns, err := c.CoreV1().Namespaces().Get(ctx, "w", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !namespaceCondition(ns, corev1.NamespaceFinalizersRemaining) {
+			return fmt.Errorf("namespace w: conditions %+v", ns.Status.Conditions)
+		}
+		p, err := c.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.DeletionTimestamp == nil {
+			return fmt.Errorf("pod %s not being deleted in the foreground yet", p.Name)
+		}
+		return nil
+	})
 	if out, err := kplaneCmd(t, s, "planes", "delete", plane); err != nil {
 		t.Fatalf("kplane planes delete: %v\n%s", err, out)
 	}
-	// Give any leftover work time to run (and fail).
-	time.Sleep(2 * time.Second)
-	if out := s.MustKubectl(t, "root", "", "get", "planes", "-o", "name"); strings.Contains(out, "/"+plane+"\n") {
-		t.Fatalf("plane %s came back:\n%s", plane, out)
-	}
+	planes := s.Dynamic(t, "root").Resource(planeGVR)
+	eventually(t, framework.DefaultTimeout, "plane "+plane+" deleted", func() (bool, error) {
+		_, err := planes.Get(ctx, plane, metav1.GetOptions{})
+		return gone(err)
+	})
+	// Leftover work runs (and fails) meanwhile: the plane must not come back.
+	framework.Consistently(t, 3*time.Second, "plane "+plane+" stays deleted", func(ctx context.Context) error {
+		if _, err := planes.Get(ctx, plane, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("plane came back: %v", err)
+		}
+		return nil
+	})
 	req, _ := http.NewRequest(http.MethodGet, s.PlaneURL(plane)+"/readyz", nil)
 	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
 	resp, err := s.HTTPClient().Do(req)

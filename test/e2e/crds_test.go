@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -30,15 +31,13 @@ func rayService(name, source string) *unstructured.Unstructured {
 
 func waitEstablished(t *testing.T, s *framework.Server, plane, crd string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		out, _ := s.Kubectl(t, plane, "", "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
-		if out == "True" {
-			return
+	framework.Eventually(t, framework.DefaultTimeout, "CRD "+crd+" established in "+plane, func(context.Context) error {
+		out, err := s.Kubectl(t, plane, "", "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+		if out != "True" {
+			return fmt.Errorf("Established=%q (%v)", out, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("CRD %s not established in %s", crd, plane)
+		return nil
+	})
 }
 
 // TestCustomResourceDefinitions: a CRD belongs to its plane; its custom
@@ -93,7 +92,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 		if ev.Type != watch.Added {
 			t.Fatalf("watch: %v", ev.Type)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(framework.DefaultTimeout):
 		t.Fatal("no watch event for the created resource")
 	}
 	for _, bad := range []*unstructured.Unstructured{
@@ -204,14 +203,14 @@ spec:
 		"shortNames: [rsvc]", "shortNames: [rjob]", "listKind: RayServiceList", "listKind: RayJobList").Replace(string(crdYAML))
 	s.MustKubectl(t, a, conflict, "apply", "-f", "-")
 	var cond string
-	for i := 0; i < 100; i++ {
+	framework.Eventually(t, framework.DefaultTimeout, "conflicting CRD judged", func(context.Context) error {
 		cond, _ = s.Kubectl(t, a, "", "get", "crd", "rayjobs.ray.example.com", "-o",
 			`jsonpath={.status.conditions[?(@.type=="NamesAccepted")].status}/{.status.conditions[?(@.type=="NamesAccepted")].reason}`)
-		if strings.HasPrefix(cond, "False") {
-			break
+		if !strings.HasPrefix(cond, "False") {
+			return fmt.Errorf("NamesAccepted %q", cond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if cond != "False/KindConflict" {
 		t.Errorf("conflicting CRD: NamesAccepted %q, want False/KindConflict", cond)
 	}

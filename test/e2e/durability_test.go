@@ -98,7 +98,7 @@ func durabilitySuite(t *testing.T, args []string) {
 	}
 	defer w.Stop()
 	var got []string
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(framework.DefaultTimeout)
 	for len(got) < 6 {
 		select {
 		case ev, ok := <-w.ResultChan():

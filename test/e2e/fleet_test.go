@@ -54,36 +54,25 @@ func readFleetStatus(u *unstructured.Unstructured) fleetStatus {
 // waitFleet polls the Fleet until cond holds for its status.
 func waitFleet(t *testing.T, fleets dynamic.ResourceInterface, name string, timeout time.Duration, what string, cond func(fleetStatus) bool) fleetStatus {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last fleetStatus
-	var lastErr error
-	for time.Now().Before(deadline) {
-		u, err := fleets.Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			last = readFleetStatus(u)
-			if cond(last) {
-				return last
-			}
+	framework.Eventually(t, max(timeout, framework.DefaultTimeout), "Fleet "+name+": "+what, func(ctx context.Context) error {
+		u, err := fleets.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("Fleet %s: %s not reached in %s; last status replicas=%d ready=%d condition=%s (%v)",
-		name, what, timeout, last.replicas, last.ready, last.condition, lastErr)
+		last = readFleetStatus(u)
+		if !cond(last) {
+			return fmt.Errorf("status replicas=%d ready=%d condition=%s", last.replicas, last.ready, last.condition)
+		}
+		return nil
+	})
 	return last
 }
 
 // waitGone polls until get answers 404.
 func waitGone(t *testing.T, timeout time.Duration, what string, get func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if err := get(); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s still exists after %s", what, timeout)
+	eventually(t, timeout, what+" gone", func() (bool, error) { return gone(get()) })
 }
 
 // memberPlanes lists the Planes labelled as members of fleet.
@@ -147,7 +136,7 @@ spec:
 `, name), "apply", "-f", "-")
 	s.MustKubectl(t, "root", "", "wait", "fleet/"+name, "--for=condition=Ready", "--timeout=60s")
 	t.Logf("Fleet of 50 ready in %s", time.Since(began).Round(time.Millisecond))
-	st := waitFleet(t, fleets, name, 10*time.Second, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
+	st := waitFleet(t, fleets, name, framework.DefaultTimeout, "50/50 ready", func(st fleetStatus) bool { return st.ready == 50 })
 	if st.replicas != 50 || len(st.members) != 50 || st.condition != "True/AllMembersReady" {
 		t.Fatalf("status: replicas %d, %d members, condition %s", st.replicas, len(st.members), st.condition)
 	}
@@ -185,16 +174,16 @@ spec:
 	}
 
 	s.MustKubectl(t, "root", "", "patch", "fleet", name, "--type=merge", "-p", `{"spec":{"replicas":80}}`)
-	waitFleet(t, fleets, name, 60*time.Second, "80/80 ready", func(st fleetStatus) bool { return st.replicas == 80 && st.ready == 80 })
+	waitFleet(t, fleets, name, 2*framework.DefaultTimeout, "80/80 ready", func(st fleetStatus) bool { return st.replicas == 80 && st.ready == 80 })
 	if got := memberPlanes(t, s, name); len(got) != 80 || got[79] != prefix+"0079" {
 		t.Fatalf("after scale-up, members %d (last %v)", len(got), got[len(got)-1])
 	}
 
 	s.MustKubectl(t, "root", "", "patch", "fleet", name, "--type=merge", "-p", `{"spec":{"replicas":20}}`)
-	waitFleet(t, fleets, name, 60*time.Second, "20/20 ready", func(st fleetStatus) bool { return st.replicas == 20 && st.ready == 20 })
+	waitFleet(t, fleets, name, 2*framework.DefaultTimeout, "20/20 ready", func(st fleetStatus) bool { return st.replicas == 20 && st.ready == 20 })
 	planes := s.Dynamic(t, "root").Resource(planeGVR)
 	for _, m := range memberNames(prefix, 20, 80) {
-		waitGone(t, 60*time.Second, "plane "+m, func() error { _, err := planes.Get(ctx, m, metav1.GetOptions{}); return err })
+		waitGone(t, 2*framework.DefaultTimeout, "plane "+m, func() error { _, err := planes.Get(ctx, m, metav1.GetOptions{}); return err })
 	}
 	if got, want := memberPlanes(t, s, name), memberNames(prefix, 0, 20); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("after scale-down, members %v, want %v", got, want)
@@ -209,7 +198,7 @@ spec:
 	if err := fleets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, 90*time.Second, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
+	waitGone(t, 3*framework.DefaultTimeout, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
 	// The finalizer released the Fleet only once every member was gone.
 	for _, m := range memberNames(prefix, 0, 20) {
 		if _, err := planes.Get(ctx, m, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -252,7 +241,7 @@ func TestFleetRetainAndAdopt(t *testing.T) {
 	if _, err := fleets.Create(ctx, fleet(name, existing, fresh), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(t, fleets, name, 30*time.Second, "2/2 ready", func(st fleetStatus) bool { return st.ready == 2 })
+	waitFleet(t, fleets, name, framework.DefaultTimeout, "2/2 ready", func(st fleetStatus) bool { return st.ready == 2 })
 	if got := memberPlanes(t, s, name); strings.Join(got, ",") != strings.Join(sortedCopy(existing, fresh), ",") {
 		t.Fatalf("members %v", got)
 	}
@@ -268,7 +257,7 @@ func TestFleetRetainAndAdopt(t *testing.T) {
 	if _, err := fleets.Create(ctx, fleet(other, existing), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st := waitFleet(t, fleets, other, 30*time.Second, "member Failed", func(st fleetStatus) bool { return st.members[existing] == "Failed" })
+	st := waitFleet(t, fleets, other, framework.DefaultTimeout, "member Failed", func(st fleetStatus) bool { return st.members[existing] == "Failed" })
 	if st.condition != "False/MembersFailed" {
 		t.Fatalf("contested Fleet condition %s", st.condition)
 	}
@@ -281,11 +270,13 @@ func TestFleetRetainAndAdopt(t *testing.T) {
 	if _, err := fleets.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(t, fleets, name, 30*time.Second, "1/1 ready", func(st fleetStatus) bool { return st.replicas == 1 && st.ready == 1 })
-	deadline := time.Now().Add(30 * time.Second)
-	for len(memberPlanes(t, s, name)) != 1 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitFleet(t, fleets, name, framework.DefaultTimeout, "1/1 ready", func(st fleetStatus) bool { return st.replicas == 1 && st.ready == 1 })
+	framework.Eventually(t, framework.DefaultTimeout, "one member of "+name+" left", func(context.Context) error {
+		if members := memberPlanes(t, s, name); len(members) != 1 {
+			return fmt.Errorf("members %v", members)
+		}
+		return nil
+	})
 	if p, err := planes.Get(ctx, fresh, metav1.GetOptions{}); err != nil || p.GetLabels()["kplane.dev/fleet"] != "" {
 		t.Fatalf("released plane %s: labels %v, %v", fresh, p.GetLabels(), err)
 	}
@@ -295,18 +286,18 @@ func TestFleetRetainAndAdopt(t *testing.T) {
 	if err := fleets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, 30*time.Second, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
+	waitGone(t, framework.DefaultTimeout, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
 	if got, err := s.Client(t, existing).CoreV1().ConfigMaps("default").Get(ctx, "state", metav1.GetOptions{}); err != nil || got.Data["k"] != "v" {
 		t.Fatalf("retained plane lost its data: %v", err)
 	}
-	waitFleet(t, fleets, other, 30*time.Second, "adoption after release", func(st fleetStatus) bool { return st.ready == 1 })
+	waitFleet(t, fleets, other, framework.DefaultTimeout, "adoption after release", func(st fleetStatus) bool { return st.ready == 1 })
 	if got := memberPlanes(t, s, other); len(got) != 1 || got[0] != existing {
 		t.Fatalf("members of %s: %v", other, got)
 	}
 	if err := fleets.Delete(ctx, other, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, 30*time.Second, "Fleet "+other, func() error { _, err := fleets.Get(ctx, other, metav1.GetOptions{}); return err })
+	waitGone(t, framework.DefaultTimeout, "Fleet "+other, func() error { _, err := fleets.Get(ctx, other, metav1.GetOptions{}); return err })
 	for _, p := range []string{existing, fresh} {
 		if _, err := planes.Get(ctx, p, metav1.GetOptions{}); err != nil {
 			t.Fatalf("retained plane %s: %v", p, err)
@@ -336,7 +327,7 @@ func TestFleetTTL(t *testing.T) {
 	if _, err := fleets.Create(ctx, f, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(t, fleets, name, 30*time.Second, "3/3 ready", func(st fleetStatus) bool { return st.ready == 3 })
+	waitFleet(t, fleets, name, framework.DefaultTimeout, "3/3 ready", func(st fleetStatus) bool { return st.ready == 3 })
 	u, err := fleets.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +337,7 @@ func TestFleetTTL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status.firstReadyTime %q: %v", firstReady, err)
 	}
-	waitGone(t, 30*time.Second, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
+	waitGone(t, framework.DefaultTimeout, "Fleet "+name, func() error { _, err := fleets.Get(ctx, name, metav1.GetOptions{}); return err })
 	// firstReadyTime has second precision.
 	if lived := time.Since(readyAt); lived < time.Second {
 		t.Fatalf("the Fleet was deleted %s after it became ready, before its TTL of 2s", lived)
@@ -420,10 +411,12 @@ func TestFleetRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kill as soon as some members exist, before all are ready.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(memberPlanes(t, s, "crash")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	framework.Eventually(t, framework.DefaultTimeout, "a first member of crash", func(context.Context) error {
+		if len(memberPlanes(t, s, "crash")) == 0 {
+			return fmt.Errorf("no member yet")
+		}
+		return nil
+	})
 	u, err := fleets.Get(ctx, "crash", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +432,7 @@ func TestFleetRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleets = s.Dynamic(t, "root").Resource(fleetGVR)
-	waitFleet(t, fleets, "crash", 60*time.Second, "40/40 ready after restart", func(st fleetStatus) bool { return st.ready == 40 })
+	waitFleet(t, fleets, "crash", 2*framework.DefaultTimeout, "40/40 ready after restart", func(st fleetStatus) bool { return st.ready == 40 })
 	if got, want := memberPlanes(t, s, "crash"), memberNames("crash-", 0, 40); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("members after restart %v", got)
 	}

@@ -45,6 +45,7 @@ func installEnv(prefix string, extra ...string) []string {
 		"KPLANE_SKIP_ENABLE=true",
 		"KPLANE_BINARY=",
 		"KPLANE_SHA256=",
+		"KPLANE_INSECURE_SKIP_CHECKSUM=",
 	)
 	return append(env, extra...)
 }
@@ -90,11 +91,30 @@ func sha256File(t *testing.T, path string) string {
 }
 
 func TestInstallScriptLint(t *testing.T) {
-	if _, err := exec.LookPath("shellcheck"); err != nil {
-		t.Skip("shellcheck is not installed (.ci/run installs it)")
-	}
-	if out, err := exec.Command("shellcheck", "--shell=sh", repoFile(t, "install.sh")).CombinedOutput(); err != nil {
+	shellcheck := framework.RequireCommand(t, "shellcheck", "apt-get install shellcheck; .ci/run installs it")
+	if out, err := exec.Command(shellcheck, "--shell=sh", repoFile(t, "install.sh")).CombinedOutput(); err != nil {
 		t.Fatalf("shellcheck install.sh: %v\n%s", err, out)
+	}
+}
+
+// install.sh --help, piped into sh as the README shows it, documents the
+// options and the checksum escape.
+func TestInstallScriptHelp(t *testing.T) {
+	script, err := os.Open(repoFile(t, "install.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer script.Close()
+	cmd := exec.Command("sh", "-s", "-", "--help")
+	cmd.Stdin = script
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("install.sh --help: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--systemd", "--uninstall", "KPLANE_SHA256", "KPLANE_INSECURE_SKIP_CHECKSUM"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("install.sh --help does not mention %s:\n%s", want, out)
+		}
 	}
 }
 
@@ -103,7 +123,7 @@ func TestInstallScriptLint(t *testing.T) {
 func TestInstallScriptLocalBinary(t *testing.T) {
 	bin, err := framework.Binary()
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	prefix := t.TempDir()
 	// What a machine has before kplane.
@@ -196,21 +216,22 @@ func TestInstallScriptLocalBinary(t *testing.T) {
 }
 
 // install.sh downloads the binary of this platform from a release,
-// checks it against the release's sha256sums.txt, and refuses a platform
-// kplane is not released for.
+// checks it against the release's sha256sums.txt, refuses to install a
+// download it cannot verify unless told to, and refuses a platform kplane is
+// not released for.
 func TestInstallScriptDownload(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		// The binary under test is served as the release's linux asset and
+		// must run here.
+		t.Skip("this platform cannot run it: the release served is the linux build under test")
+	}
 	bin, err := framework.Binary()
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		if _, err := exec.LookPath("wget"); err != nil {
-			t.Skip("neither curl nor wget")
-		}
-	}
-	if runtime.GOOS != "linux" {
-		t.Skip("the test binary is a linux build")
-	}
+	_, curlErr := exec.LookPath("curl")
+	_, wgetErr := exec.LookPath("wget")
+	framework.Require(t, curlErr == nil || wgetErr == nil, "install.sh needs curl or wget (apt-get install curl)")
 	asset := "kplane-linux-" + runtime.GOARCH
 	binary, err := os.ReadFile(bin)
 	if err != nil {
@@ -237,6 +258,9 @@ func TestInstallScriptDownload(t *testing.T) {
 			w.Write([]byte("#!/bin/sh\necho tampered\n"))
 		case "/releases/download/v0.0.1/sha256sums.txt":
 			w.Write([]byte(sums))
+		case "/releases/download/v8.8.8/" + asset:
+			// A release whose sha256sums.txt cannot be downloaded.
+			w.Write(binary)
 		default:
 			http.NotFound(w, r)
 		}
@@ -260,6 +284,33 @@ func TestInstallScriptDownload(t *testing.T) {
 	if err == nil || !strings.Contains(out, "sha256 mismatch") {
 		t.Fatalf("a binary that does not match sha256sums.txt must be refused: %v\n%s", err, out)
 	}
+	unverifiedPrefix := t.TempDir()
+	out, err = runInstall(t, installEnv(unverifiedPrefix, base, "KPLANE_VERSION=v8.8.8"))
+	if err == nil || !strings.Contains(out, "cannot verify the binary") || !strings.Contains(out, "KPLANE_INSECURE_SKIP_CHECKSUM=1") {
+		t.Fatalf("a download without a checksum must be refused, naming the escape: %v\n%s", err, out)
+	}
+	if got := tree(t, unverifiedPrefix); len(got) != 1 {
+		t.Fatalf("a refused unverified install wrote %v", got)
+	}
+	out, err = runInstall(t, installEnv(unverifiedPrefix, base, "KPLANE_VERSION=v8.8.8", "KPLANE_INSECURE_SKIP_CHECKSUM=1"))
+	if err != nil {
+		t.Fatalf("KPLANE_INSECURE_SKIP_CHECKSUM=1 must install the unverified download: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "WARNING") || !strings.Contains(out, "UNVERIFIED") || strings.Contains(out, "sha256 verified") {
+		t.Errorf("an unverified install must warn and not claim verification:\n%s", out)
+	}
+	if sha256File(t, filepath.Join(unverifiedPrefix, "usr/local/bin/kplane")) != sha256File(t, bin) {
+		t.Fatal("the unverified install did not install the release's binary")
+	}
+	out, err = runInstall(t, installEnv(t.TempDir(), base, "KPLANE_VERSION=v8.8.8", "KPLANE_SHA256="+sha256File(t, bin)))
+	if err != nil || !strings.Contains(out, "sha256 verified") {
+		t.Fatalf("KPLANE_SHA256 must verify a release without sha256sums.txt: %v\n%s", err, out)
+	}
+	out, err = runInstall(t, installEnv(t.TempDir(), base, "KPLANE_VERSION=v0.0.1", "KPLANE_INSECURE_SKIP_CHECKSUM=1"))
+	if err == nil || !strings.Contains(out, "sha256 mismatch") {
+		t.Fatalf("KPLANE_INSECURE_SKIP_CHECKSUM=1 must not accept a checksum that does not match: %v\n%s", err, out)
+	}
+
 	out, err = runInstall(t, installEnv(t.TempDir(), base, "KPLANE_VERSION=v404"))
 	if err == nil || !strings.Contains(out, "downloading") || !strings.Contains(out, "failed") {
 		t.Fatalf("a missing release must be a clear error: %v\n%s", err, out)

@@ -154,7 +154,7 @@ func TestPlaneCredentialsAndRBAC(t *testing.T) {
 	}
 	// Authorization reads bindings from the watch cache: a binding takes
 	// effect once the cache has it, a moment after it is written.
-	eventually(t, 10*time.Second, "view in "+a+": list pods", func() (bool, error) {
+	eventually(t, framework.DefaultTimeout, "view in "+a+": list pods", func() (bool, error) {
 		_, err := jane(a).CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		return err == nil, err
 	})
@@ -267,7 +267,7 @@ func TestPlaneDeletion(t *testing.T) {
 		t.Fatalf("%d keys of the deleted plane remain, e.g. %v", len(keys), keys[:min(5, len(keys))])
 	}
 	// The open watch ended cleanly.
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(framework.DefaultTimeout)
 	for done := false; !done; {
 		select {
 		case _, ok := <-w.ResultChan():

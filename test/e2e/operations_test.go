@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/test/e2e/framework"
 )
@@ -31,7 +31,7 @@ import (
 func TestServerOperations(t *testing.T) {
 	bin, err := framework.Binary()
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	manifests := t.TempDir()
 	writeManifest(t, manifests, "00-root.yaml", rootManifest("1"))
@@ -186,24 +186,30 @@ func testManifests(t *testing.T, s *framework.Server, dir string) {
 	writeManifest(t, dir, "00-root.yaml", rootManifest("2"))
 	writeManifest(t, dir, "30-new.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: added-later\n")
 	writeManifest(t, dir, "20-broken.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fixed}\ndata: {ok: \"yes\"}\n")
-	waitFor(t, 20*time.Second, "manifest changes to be applied", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "manifest changes applied", func(ctx context.Context) error {
 		cm, err := root.CoreV1().ConfigMaps("kube-system").Get(ctx, "settings", metav1.GetOptions{})
-		if err != nil || cm.Data["value"] != "2" {
-			return false, nil
+		if err != nil {
+			return err
+		}
+		if cm.Data["value"] != "2" {
+			return fmt.Errorf("settings %v", cm.Data)
 		}
 		if _, err := root.CoreV1().Namespaces().Get(ctx, "added-later", metav1.GetOptions{}); err != nil {
-			return false, nil
+			return err
 		}
 		_, err = root.CoreV1().ConfigMaps("default").Get(ctx, "fixed", metav1.GetOptions{})
-		return err == nil, nil
+		return err
 	})
 
 	// Deleting a file leaves its objects.
 	if err := os.Remove(filepath.Join(dir, "30-new.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the removal to be noticed", func(context.Context) (bool, error) {
-		return strings.Contains(s.Log(), "manifest removed"), nil
+	framework.Eventually(t, framework.DefaultTimeout, "the removal noticed", func(context.Context) error {
+		if !strings.Contains(s.Log(), "manifest removed") {
+			return fmt.Errorf("no \"manifest removed\" in the log")
+		}
+		return nil
 	})
 	if _, err := root.CoreV1().Namespaces().Get(ctx, "added-later", metav1.GetOptions{}); err != nil {
 		t.Fatalf("objects of a removed manifest must stay: %v", err)
@@ -221,13 +227,6 @@ func unstructuredInt(obj map[string]any, fields ...string) (int64, bool, error) 
 	}
 	n, ok := cur.(int64)
 	return n, ok, nil
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond wait.ConditionWithContextFunc) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
 }
 
 // scrape reads the root plane's /metrics as the admin.
@@ -268,19 +267,19 @@ func testMetrics(t *testing.T, s *framework.Server) {
 	}
 
 	var last map[string]*dto.MetricFamily
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, framework.DefaultTimeout, "the two busiest planes in the top 2", func(ctx context.Context) error {
 		for plane, n := range busy {
 			c := s.Client(t, plane)
 			for range n {
 				if _, err := c.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
-					return false, err
+					return framework.Stop(err)
 				}
 			}
 		}
 		last = scrape(t, s)
 		requests := last["kplane_plane_requests"]
 		if requests == nil {
-			return false, nil
+			return fmt.Errorf("no kplane_plane_requests yet")
 		}
 		// Bounded whatever the number of planes: the top 2 and "_others".
 		if len(requests.GetMetric()) > 3 {
@@ -290,11 +289,11 @@ func testMetrics(t *testing.T, s *framework.Server) {
 		for _, m := range requests.GetMetric() {
 			seen[labelValue(m, "plane")] = m.GetGauge().GetValue()
 		}
-		return seen[top[0]] > 0 && seen[top[1]] > 0 && seen["_others"] > 0, nil
+		if seen[top[0]] == 0 || seen[top[1]] == 0 || seen["_others"] == 0 {
+			return fmt.Errorf("kplane_plane_requests %v", requests)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("the two busiest planes never made the top 2: %v (last kplane_plane_requests %v)", err, last["kplane_plane_requests"])
-	}
 
 	ready := -1.0
 	for _, m := range last["kplane_planes"].GetMetric() {

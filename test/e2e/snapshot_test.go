@@ -268,17 +268,13 @@ func setupShop(t *testing.T, plane string) {
 	waitEstablished(t, shared, plane, "widgets.example.com")
 	shared.MustKubectl(t, plane, widgetManifest, "apply", "-f", "-")
 	// The namespace's controller-made objects are part of what is compared.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	framework.Eventually(t, framework.DefaultTimeout, "root CA and default service account in namespace shop of "+plane, func(context.Context) error {
 		out, err := shared.Kubectl(t, plane, "", "get", "configmap/kube-root-ca.crt", "serviceaccount/default", "-n", "shop", "-o", "name")
-		if err == nil && strings.Count(out, "/") == 2 {
-			return
+		if err != nil || strings.Count(out, "/") != 2 {
+			return fmt.Errorf("%v %s", err, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("namespace shop of %s never got its root CA and default service account: %v %s", plane, err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // withoutServerFields drops what a snapshot leaves out by design from an
@@ -304,17 +300,9 @@ func TestSnapshotMatchesKubectl(t *testing.T) {
 	setupShop(t, plane)
 
 	// The caches follow the datastore: retry until they have every write.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := compareWithKubectl(t, plane)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	framework.Eventually(t, framework.DefaultTimeout, "snapshot matches kubectl", func(context.Context) error {
+		return compareWithKubectl(t, plane)
+	})
 }
 
 func compareWithKubectl(t *testing.T, plane string) error {
@@ -421,18 +409,13 @@ func TestSnapshotFilters(t *testing.T) {
 	}
 	check := func(query string, want ...string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got := resources(mustSnapshot(t, plane, query))
-			sort.Strings(want)
-			if reflect.DeepEqual(got, want) {
-				return
+		sort.Strings(want)
+		framework.Eventually(t, framework.DefaultTimeout, query, func(context.Context) error {
+			if got := resources(mustSnapshot(t, plane, query)); !reflect.DeepEqual(got, want) {
+				return fmt.Errorf("got %v, want %v", got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: got %v, want %v", query, got, want)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	configMaps := func(args ...string) string {
 		out := shared.MustKubectl(t, plane, "", append([]string{"get", "configmaps", "-o", "name"}, args...)...)
@@ -525,29 +508,25 @@ subjects: [{kind: User, name: alice}]
 `, "apply", "-f", "-")
 
 	// RBAC reads from the caches too: the binding counts once they have it.
-	deadline := time.Now().Add(10 * time.Second)
-	var got []string
-	for {
+	framework.Eventually(t, framework.DefaultTimeout, "alice's snapshot of shop", func(context.Context) error {
 		code, body := getSnapshot(t, plane, "namespace=shop&includeEmpty=true&warm=true", "alice")
-		got = nil
-		if code == http.StatusOK {
-			var s snapshotResponse
-			if err := json.Unmarshal(body, &s); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range s.Resources {
-				got = append(got, r.Group+"/"+r.Resource)
-			}
-			sort.Strings(got)
-			if reflect.DeepEqual(got, []string{"/configmaps", "/pods", "example.com/widgets"}) {
-				break
-			}
+		if code != http.StatusOK {
+			return fmt.Errorf("%d %.300s", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("alice's snapshot of shop: %d %v", code, got)
+		var s snapshotResponse
+		if err := json.Unmarshal(body, &s); err != nil {
+			return framework.Stop(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		var got []string
+		for _, r := range s.Resources {
+			got = append(got, r.Group+"/"+r.Resource)
+		}
+		sort.Strings(got)
+		if !reflect.DeepEqual(got, []string{"/configmaps", "/pods", "example.com/widgets"}) {
+			return fmt.Errorf("resources %v", got)
+		}
+		return nil
+	})
 
 	code, body := getSnapshot(t, plane, "namespace=shop&resource=secrets", "alice")
 	wantStatus(t, code, body, http.StatusForbidden, "alice", "secrets")
@@ -660,20 +639,21 @@ func TestSnapshotDeltaStream(t *testing.T) {
 	var streamErr <-chan error
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	framework.Eventually(t, framework.DefaultTimeout, "a delta stream from a fresh snapshot", func(context.Context) error {
 		first = mustSnapshot(t, plane, "")
 		var code int
 		var body []byte
 		events, streamErr, code, body = openStream(t, ctx, plane, first.ResourceVersion)
-		if code == http.StatusOK {
-			break
+		err := fmt.Errorf("delta stream from %s: %d %s", first.ResourceVersion, code, body)
+		switch code {
+		case http.StatusOK:
+			return nil
+		case http.StatusGone:
+			return err
+		default:
+			return framework.Stop(err)
 		}
-		if code != http.StatusGone || time.Now().After(deadline) {
-			t.Fatalf("delta stream from %s: %d %s", first.ResourceVersion, code, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	})
 
 	state := first.items()
 	writeRandomly(t, shared.Dynamic(t, plane), shared.Dynamic(t, other), 200)
@@ -708,8 +688,8 @@ func TestSnapshotDeltaStream(t *testing.T) {
 		}
 		return out
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	framework.Eventually(t, framework.DefaultTimeout, "the delta stream applied to the first snapshot matches a later snapshot", func(context.Context) error {
+		// Apply what has arrived until the stream is quiet for a moment.
 		idle := time.After(300 * time.Millisecond)
 	drain:
 		for {
@@ -717,24 +697,23 @@ func TestSnapshotDeltaStream(t *testing.T) {
 			case ev := <-events:
 				apply(ev)
 			case err := <-streamErr:
-				t.Fatalf("stream ended: %v", err)
+				return framework.Stop(fmt.Errorf("stream ended: %w", err))
 			case <-idle:
 				break drain
 			}
 		}
 		later := mustSnapshot(t, plane, "").items()
-		if reflect.DeepEqual(nonEmpty(state), later) {
-			break
-		}
-		if time.Now().After(deadline) {
-			for k := range later {
-				if !reflect.DeepEqual(state[k], later[k]) {
-					t.Errorf("%s: stream-applied %d objects, snapshot %d", k, len(state[k]), len(later[k]))
-				}
+		var differ []string
+		for k := range later {
+			if !reflect.DeepEqual(state[k], later[k]) {
+				differ = append(differ, fmt.Sprintf("%s: stream-applied %d objects, snapshot %d", k, len(state[k]), len(later[k])))
 			}
-			t.Fatal("the delta stream applied to the first snapshot never matched a later snapshot")
 		}
-	}
+		if !reflect.DeepEqual(nonEmpty(state), later) {
+			return fmt.Errorf("differences %v", differ)
+		}
+		return nil
+	})
 
 	_, _, code, body := openStream(t, ctx, plane, "1")
 	wantStatus(t, code, body, http.StatusGone, "too old", "take a new snapshot")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
@@ -99,8 +101,13 @@ func (c *Collector) Upsert(resource schema.GroupResource, obj runtime.Object) {
 	o := object{plane: planes.OfObject(obj), resource: resource, namespace: accessor.GetNamespace(),
 		name: accessor.GetName(), uid: accessor.GetUID()}
 	if refs := accessor.GetOwnerReferences(); len(refs) > 0 {
-		if c.graph.upsert(&node{object: o, owners: slices.Clone(refs)}) {
+		if changed, old := c.graph.upsert(&node{object: o, owners: slices.Clone(refs)}); changed {
 			c.queue.Add(task{op: attempt, object: o})
+			if old != nil {
+				// A reference dropped or made non-blocking: an owner
+				// waiting for this dependent may go on.
+				c.ownersChanged(old)
+			}
 		}
 	} else if n := c.graph.remove(o.plane, o.uid); n != nil {
 		// Its references were dropped: an owner waiting for it may go on.
@@ -199,13 +206,31 @@ const (
 	waiting                    // being deleted in the foreground
 )
 
+// attemptToDelete decides on the cached dependent and acts; an action
+// refused because the dependent changed meanwhile (its owners did) is
+// decided again on the dependent as it now is.
 func (c *Collector) attemptToDelete(ctx context.Context, o object) error {
 	current, err := c.cached(ctx, o)
-	if err != nil || current == nil {
-		return err
+	for range 3 {
+		if err != nil || current == nil {
+			return err
+		}
+		current, err = c.decide(ctx, o, current)
 	}
+	if err == nil && current != nil {
+		return fmt.Errorf("%s %s/%s: its owners kept changing", o.resource, o.namespace, o.name)
+	}
+	return err
+}
+
+// decide deletes the dependent current, or drops its references to owners
+// that are gone or going, as upstream's attemptToDeleteItem does. Every
+// deletion is pinned to current's resourceVersion: the decision holds for
+// that version only. When the dependent has changed its owners since, decide
+// returns it as it now is, to be decided again.
+func (c *Collector) decide(ctx context.Context, o object, current metav1.Object) (metav1.Object, error) {
 	if current.GetUID() != o.uid || current.GetDeletionTimestamp() != nil {
-		return nil
+		return nil, nil
 	}
 	refs := current.GetOwnerReferences()
 	var solids int
@@ -214,7 +239,7 @@ func (c *Collector) attemptToDelete(ctx context.Context, o object) error {
 	for _, ref := range refs {
 		state, err := c.ownerState(ctx, o, ref)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch state {
 		case solid:
@@ -228,17 +253,13 @@ func (c *Collector) attemptToDelete(ctx context.Context, o object) error {
 	}
 	switch {
 	case len(drop) == 0:
-		return nil
+		return nil, nil
 	case solids > 0:
 		// Upstream's rule: a dependent with a live owner stays; it only
 		// loses its references to owners that are gone or going.
-		return c.removeOwnerRefs(ctx, o, drop)
+		return nil, c.removeOwnerRefs(ctx, o, drop)
 	case waitings > 0:
-		policy := metav1.DeletePropagationBackground
-		if c.graph.hasDependents(o.plane, o.uid) {
-			policy = metav1.DeletePropagationForeground
-		}
-		return c.delete(ctx, o, policy)
+		return c.deleteForOwner(ctx, o, current)
 	default:
 		policy := metav1.DeletePropagationBackground
 		switch fins := current.GetFinalizers(); {
@@ -247,8 +268,53 @@ func (c *Collector) attemptToDelete(ctx context.Context, o object) error {
 		case slices.Contains(fins, metav1.FinalizerDeleteDependents):
 			policy = metav1.DeletePropagationForeground
 		}
-		return c.delete(ctx, o, policy)
+		return c.delete(ctx, o, current, policy)
 	}
+}
+
+// deleteForOwner deletes current, whose owners are all gone or waiting for
+// their dependents' deletion. With dependents of its own it is deleted in
+// the foreground too; if one of those is itself waiting for its dependents,
+// the owners may wait on each other in a circle, which upstream breaks by
+// making the dependent's references non-blocking first, so that its
+// owners do not wait for it.
+func (c *Collector) deleteForOwner(ctx context.Context, o object, current metav1.Object) (metav1.Object, error) {
+	if !c.graph.hasDependents(o.plane, o.uid) {
+		return c.delete(ctx, o, current, metav1.DeletePropagationBackground)
+	}
+	circle, err := c.dependentWaiting(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if circle {
+		unblocked, err := c.unblockOwnerRefs(ctx, o, current.GetResourceVersion())
+		switch {
+		case apierrors.IsConflict(err) && !lifecycle.Refused(err):
+			// Changed since the decision: decide again on what it is now.
+			return c.consistent(ctx, o)
+		case err != nil:
+			return nil, err
+		case unblocked != nil:
+			current = unblocked
+		}
+	}
+	return c.delete(ctx, o, current, metav1.DeletePropagationForeground)
+}
+
+// dependentWaiting reports whether a dependent of o is being deleted in the
+// foreground (waiting for its own dependents).
+func (c *Collector) dependentWaiting(ctx context.Context, o object) (bool, error) {
+	for _, d := range c.graph.dependentsOf(o.plane, o.uid) {
+		dep, err := c.cached(ctx, d.object)
+		if err != nil {
+			return false, err
+		}
+		if dep != nil && dep.GetUID() == d.uid && dep.GetDeletionTimestamp() != nil &&
+			slices.Contains(dep.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (c *Collector) ownerState(ctx context.Context, dependent object, ref metav1.OwnerReference) (ownerState, error) {
@@ -364,6 +430,9 @@ func (c *Collector) dependents(ctx context.Context, o object) ([]*node, error) {
 		}
 	}
 	for _, s := range c.config.Storage.Stores() {
+		if !s.Owns(o.plane) {
+			continue
+		}
 		key := s.ResourcePrefix()
 		if o.namespace != "" {
 			// Only objects of its namespace can name a namespaced owner.
@@ -410,7 +479,7 @@ func (c *Collector) consistent(ctx context.Context, o object) (metav1.Object, er
 }
 
 func (c *Collector) read(ctx context.Context, o object, rv string) (metav1.Object, error) {
-	s := c.config.Storage.Storage(o.resource)
+	s := c.config.Storage.StorageFor(o.plane, o.resource)
 	if s == nil {
 		// Custom resources not served since the start: the API builds
 		// their storage.
@@ -453,18 +522,56 @@ func (c *Collector) gvr(ctx context.Context, o object) (schema.GroupVersionResou
 	return o.resource.WithVersion(version), nil
 }
 
-func (c *Collector) delete(ctx context.Context, o object, policy metav1.DeletionPropagation) error {
+// delete deletes the version of o the decision was made on (decided). If o
+// has changed since, the deletion conflicts: o is read again and, when its
+// owners are what the decision saw, deleted whatever else changed (as
+// upstream does, so that frequent unrelated updates cannot starve the
+// collector); otherwise it is returned to be decided again.
+func (c *Collector) delete(ctx context.Context, o object, decided metav1.Object, policy metav1.DeletionPropagation) (metav1.Object, error) {
+	err := c.deleteAt(ctx, o, decided.GetResourceVersion(), policy)
+	if !apierrors.IsConflict(err) || lifecycle.Refused(err) {
+		return nil, ignoreNotFound(err)
+	}
+	live, err := c.consistent(ctx, o)
+	if err != nil || live == nil || live.GetUID() != o.uid {
+		// Gone, or a new object of the same name: not ours.
+		return nil, err
+	}
+	if !equality.Semantic.DeepEqual(live.GetOwnerReferences(), decided.GetOwnerReferences()) {
+		return live, nil
+	}
+	return nil, ignoreNotFound(ignoreConflict(c.deleteAt(ctx, o, "", policy)))
+}
+
+// deleteAt deletes o if it still has its uid and, unless empty,
+// resourceVersion.
+func (c *Collector) deleteAt(ctx context.Context, o object, resourceVersion string, policy metav1.DeletionPropagation) error {
 	gvr, err := c.gvr(ctx, o)
 	if err != nil {
 		return err
 	}
 	logrus.WithFields(logrus.Fields{"plane": o.plane, "resource": o.resource.String(), "namespace": o.namespace,
-		"name": o.name, "propagation": policy}).Debug("garbage collector deletes")
-	err = c.client.Resource(gvr).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &o.uid}, PropagationPolicy: &policy,
+		"name": o.name, "resourceVersion": resourceVersion, "propagation": policy}).Debug("garbage collector deletes")
+	preconditions := &metav1.Preconditions{UID: &o.uid}
+	if resourceVersion != "" {
+		preconditions.ResourceVersion = &resourceVersion
+	}
+	return c.client.Resource(gvr).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{
+		Preconditions: preconditions, PropagationPolicy: &policy,
 	})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && !lifecycle.Refused(err) {
-		// Gone already, or a new object of the same name: not ours.
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) && !lifecycle.Refused(err) {
+		return nil
+	}
+	return err
+}
+
+// ignoreConflict: a conflict left after a uid-only precondition means a new
+// object of the same name, not ours.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) && !lifecycle.Refused(err) {
 		return nil
 	}
 	return err
@@ -473,7 +580,7 @@ func (c *Collector) delete(ctx context.Context, o object, policy metav1.Deletion
 // removeOwnerRefs drops the references to owners from o, guarded by o's
 // resourceVersion so that a concurrent change is never overwritten.
 func (c *Collector) removeOwnerRefs(ctx context.Context, o object, owners []types.UID) error {
-	return c.patchMeta(ctx, o, func(m *metav1.PartialObjectMetadata) (any, bool) {
+	_, err := c.patchMeta(ctx, o, "", func(m *metav1.PartialObjectMetadata) (any, bool) {
 		kept := slices.DeleteFunc(slices.Clone(m.OwnerReferences), func(r metav1.OwnerReference) bool {
 			return slices.Contains(owners, r.UID)
 		})
@@ -485,10 +592,28 @@ func (c *Collector) removeOwnerRefs(ctx context.Context, o object, owners []type
 		}
 		return map[string]any{"ownerReferences": kept}, true
 	})
+	return err
+}
+
+// unblockOwnerRefs makes every reference of o non-blocking, if o is still
+// at resourceVersion, and returns o as patched (nil when there was nothing
+// to change).
+func (c *Collector) unblockOwnerRefs(ctx context.Context, o object, resourceVersion string) (*metav1.PartialObjectMetadata, error) {
+	return c.patchMeta(ctx, o, resourceVersion, func(m *metav1.PartialObjectMetadata) (any, bool) {
+		refs := slices.Clone(m.OwnerReferences)
+		changed := false
+		for i := range refs {
+			if refs[i].BlockOwnerDeletion != nil && *refs[i].BlockOwnerDeletion {
+				refs[i].BlockOwnerDeletion = ptr.To(false)
+				changed = true
+			}
+		}
+		return map[string]any{"ownerReferences": refs}, changed
+	})
 }
 
 func (c *Collector) removeFinalizer(ctx context.Context, o object, finalizer string) error {
-	return c.patchMeta(ctx, o, func(m *metav1.PartialObjectMetadata) (any, bool) {
+	_, err := c.patchMeta(ctx, o, "", func(m *metav1.PartialObjectMetadata) (any, bool) {
 		if !slices.Contains(m.Finalizers, finalizer) {
 			return nil, false
 		}
@@ -498,38 +623,45 @@ func (c *Collector) removeFinalizer(ctx context.Context, o object, finalizer str
 		}
 		return map[string]any{"finalizers": kept}, true
 	})
+	return err
 }
 
-// patchMeta reads o's metadata and merges change into it, retrying on
-// conflicts a few times before handing the item back to the queue.
-func (c *Collector) patchMeta(ctx context.Context, o object, change func(*metav1.PartialObjectMetadata) (any, bool)) error {
+// patchMeta reads o's metadata and merges change into it, guarded by the
+// resourceVersion it read. With pinned set, o must still be at that
+// resourceVersion (else a conflict is returned); without, conflicts are
+// retried a few times before the item goes back to the queue. It returns o
+// as patched, or nil when change had nothing to do.
+func (c *Collector) patchMeta(ctx context.Context, o object, pinned string, change func(*metav1.PartialObjectMetadata) (any, bool)) (*metav1.PartialObjectMetadata, error) {
 	gvr, err := c.gvr(ctx, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client := c.client.Resource(gvr).Namespace(o.namespace)
 	for range 3 {
 		current, err := client.Get(ctx, o.name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if current.UID != o.uid {
-			return nil
+			return nil, nil
+		}
+		if pinned != "" && current.ResourceVersion != pinned {
+			return nil, apierrors.NewConflict(o.resource, o.name, fmt.Errorf("changed since resourceVersion %s", pinned))
 		}
 		fields, ok := change(current)
 		if !ok {
-			return nil
+			return nil, nil
 		}
 		md := fields.(map[string]any)
 		md["resourceVersion"] = current.ResourceVersion
 		patch, err := json.Marshal(map[string]any{"metadata": md})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = client.Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if !apierrors.IsConflict(err) || lifecycle.Refused(err) {
-			return err
+		patched, err := client.Patch(ctx, o.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil || !apierrors.IsConflict(err) || lifecycle.Refused(err) || pinned != "" {
+			return patched, err
 		}
 	}
-	return fmt.Errorf("%s %s/%s kept changing", o.resource, o.namespace, o.name)
+	return nil, fmt.Errorf("%s %s/%s kept changing", o.resource, o.namespace, o.name)
 }

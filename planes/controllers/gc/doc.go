@@ -3,6 +3,14 @@
 // the foreground until their blocking dependents are gone, and releases
 // the dependents of owners deleted with the orphan policy.
 //
+// As upstream's collector does, a deletion is pinned to the
+// resourceVersion of the dependent it was decided on: a dependent that
+// gained a live owner meanwhile conflicts and is decided again, not
+// deleted. Owners that wait on each other through blocking references (a
+// circle of foreground deletions) are freed the way upstream frees them:
+// a dependent whose own dependent is already waiting has its references
+// made non-blocking before it is deleted in the foreground.
+//
 // Unlike upstream's collector, which keeps a node for every object of the
 // cluster, the graph here holds only objects that have ownerReferences
 // (per plane, keyed by uid), so that idle planes and objects nobody owns

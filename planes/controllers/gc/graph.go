@@ -41,15 +41,15 @@ func newGraph() *graph {
 }
 
 // upsert records n (which has owners) and reports whether its owners
-// changed since it was last seen.
-func (g *graph) upsert(n *node) bool {
+// changed since it was last seen, and the node it replaced (nil if new).
+func (g *graph) upsert(n *node) (bool, *node) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := uidKey{n.plane, n.uid}
 	old := g.nodes[key]
 	if old != nil && sameOwners(old.owners, n.owners) {
 		old.object = n.object
-		return false
+		return false, old
 	}
 	if old != nil {
 		g.unlinkLocked(old)
@@ -64,7 +64,7 @@ func (g *graph) upsert(n *node) bool {
 		}
 		deps[n.uid] = struct{}{}
 	}
-	return true
+	return true, old
 }
 
 // remove forgets the object with uid and returns it if it was a node.

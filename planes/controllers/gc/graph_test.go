@@ -15,7 +15,10 @@ func TestGraphKeepsPlanesApart(t *testing.T) {
 	g := newGraph()
 	a := &node{object: object{plane: "a", name: "dep", uid: "d1"}, owners: []metav1.OwnerReference{ref("owner", true)}}
 	b := &node{object: object{plane: "b", name: "dep", uid: "d2"}, owners: []metav1.OwnerReference{ref("owner", true)}}
-	if !g.upsert(a) || !g.upsert(b) {
+	if changed, _ := g.upsert(a); !changed {
+		t.Fatal("new nodes must report changed owners")
+	}
+	if changed, _ := g.upsert(b); !changed {
 		t.Fatal("new nodes must report changed owners")
 	}
 	if deps := g.dependentsOf("a", "owner"); len(deps) != 1 || deps[0].plane != "a" {
@@ -35,12 +38,12 @@ func TestGraphOwnerChanges(t *testing.T) {
 	n := &node{object: object{plane: "p", uid: "d"}, owners: []metav1.OwnerReference{ref("o1", false)}}
 	g.upsert(n)
 	same := &node{object: object{plane: "p", uid: "d", name: "renamed"}, owners: []metav1.OwnerReference{ref("o1", false)}}
-	if g.upsert(same) {
+	if changed, _ := g.upsert(same); changed {
 		t.Fatal("unchanged owners reported as changed")
 	}
 	blocking := &node{object: object{plane: "p", uid: "d"}, owners: []metav1.OwnerReference{ref("o1", true)}}
-	if !g.upsert(blocking) {
-		t.Fatal("blockOwnerDeletion change not reported")
+	if changed, old := g.upsert(blocking); !changed || old == nil || *old.owners[0].BlockOwnerDeletion {
+		t.Fatal("blockOwnerDeletion change not reported with the node it replaced")
 	}
 	moved := &node{object: object{plane: "p", uid: "d"}, owners: []metav1.OwnerReference{ref("o2", true)}}
 	g.upsert(moved)

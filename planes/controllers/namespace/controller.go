@@ -220,7 +220,7 @@ func (c *Controller) discover(ctx context.Context, key Key) func() ([]*metav1.AP
 			}
 			kept := &metav1.APIResourceList{GroupVersion: list.GroupVersion}
 			for _, r := range list.APIResources {
-				if c.holdsAny(ctx, gv.WithResource(r.Name).GroupResource(), key.Name) {
+				if c.holdsAny(ctx, key.Plane, gv.WithResource(r.Name).GroupResource(), key.Name) {
 					kept.APIResources = append(kept.APIResources, r)
 				}
 			}
@@ -244,8 +244,8 @@ func (c *Controller) discover(ctx context.Context, key Key) func() ([]*metav1.AP
 // holdsAny reports whether resource holds any object in namespace, from
 // memory; when the resource's storage is unknown it answers true, and the
 // deleter finds out.
-func (c *Controller) holdsAny(ctx context.Context, resource schema.GroupResource, namespace string) bool {
-	s := c.config.Storage.Storage(resource)
+func (c *Controller) holdsAny(ctx context.Context, plane string, resource schema.GroupResource, namespace string) bool {
+	s := c.config.Storage.StorageFor(plane, resource)
 	if s == nil {
 		return true
 	}

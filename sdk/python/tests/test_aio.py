@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import unittest
 
-from helpers import ServerTestCase, create_configmap, eventually, fleets_served, snapshot_served, unique
+from helpers import ServerTestCase, create_configmap, eventually, unique
 from server import start_for_module
 
 import kplane
@@ -69,8 +69,6 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
             await self.aclient.create_plane(kplane.ROOT)
 
     async def test_state_and_watch(self) -> None:
-        if not snapshot_served(self.client):
-            self.skipTest("this server does not serve /snapshot")
         plane = self.aclient.plane(unique("astate"))
         snap = await plane.state(resource=["configmaps"], include_empty=True)
         self.assertEqual(snap.cluster, plane.name)
@@ -91,8 +89,6 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
             await plane.state(resource="nosuchthings")
 
     async def test_concurrent_states(self) -> None:
-        if not snapshot_served(self.client):
-            self.skipTest("this server does not serve /snapshot")
         planes = [self.aclient.plane(unique("many")) for _ in range(16)]
         snaps = await asyncio.gather(*(p.state(resource="namespaces", include_empty=True) for p in planes))
         self.assertEqual([s.cluster for s in snaps], [p.name for p in planes])
@@ -109,8 +105,6 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
         self.assertTrue(all(await asyncio.gather(*(namespaces_shown(p) for p in planes))))
 
     async def test_fleet(self) -> None:
-        if not fleets_served(self.client):
-            self.skipTest("this server's discovery has no kplane.dev/v1 fleets")
         name = unique("afleet")
         fleet = await self.aclient.create_fleet(name, replicas=2, deletion_policy="Delete")
         self.assertIsInstance(fleet, kplane.aio.AsyncFleet)
@@ -131,8 +125,6 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
             await self.aclient.get_fleet(name)
 
     async def test_ephemeral_fleet(self) -> None:
-        if not fleets_served(self.client):
-            self.skipTest("this server's discovery has no kplane.dev/v1 fleets")
         name = unique("aeph")
         with self.assertRaisesRegex(RuntimeError, "boom"):
             async with self.aclient.ephemeral_fleet(name, replicas=2, wait_deleted=True) as fleet:

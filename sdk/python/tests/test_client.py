@@ -216,9 +216,6 @@ class PlanesTest(ServerTestCase):
 
 
 class SnapshotTest(ServerTestCase):
-    def setUp(self) -> None:
-        self.skip_without_snapshot()
-
     def test_state(self) -> None:
         plane = self.client.plane(unique("snap"))
         for i in range(3):
@@ -353,9 +350,6 @@ class SnapshotTest(ServerTestCase):
 
 
 class FleetTest(ServerTestCase):
-    def setUp(self) -> None:
-        self.skip_without_fleets()
-
     def test_lifecycle(self) -> None:
         name = unique("fl")
         prefix = name + "-m"
@@ -446,8 +440,6 @@ class QuickstartTest(ServerTestCase):
     substituted)."""
 
     def test_readme_quickstart(self) -> None:
-        self.skip_without_snapshot()
-        self.skip_without_fleets()
         with open(os.path.join(REPO, "sdk", "python", "README.md"), encoding="utf-8") as f:
             readme = f.read()
         code = re.search(r"## Quickstart\n.*?```python\n(.*?)```", readme, re.S).group(1)

@@ -49,21 +49,19 @@ func startProcess(tb testing.TB, logPath string, cred *syscall.Credential, name 
 
 func waitTCP(tb testing.TB, p *Process, addr string, timeout time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	Eventually(tb, timeout, fmt.Sprintf("%s listening on %s", p.cmd.Path, addr), func(context.Context) error {
 		select {
 		case <-p.exited:
 			data, _ := os.ReadFile(p.log)
-			tb.Fatalf("%s exited early:\n%s", p.cmd.Path, data)
+			return Stop(fmt.Errorf("%s exited early:\n%s", p.cmd.Path, data))
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	tb.Fatalf("%s not listening on %s after %s", p.cmd.Path, addr, timeout)
+		return c.Close()
+	})
 }
 
 // StartEtcd builds the etcd server from the etcd module in go.mod (the
@@ -94,7 +92,7 @@ func StartEtcd(tb testing.TB) string {
 }
 
 // StartPostgres starts a throw-away PostgreSQL server (Debian's packages)
-// in a temp dir and returns a kine endpoint for it. It skips the test with
+// in a temp dir and returns a kine endpoint for it. It fails the test with
 // a clear message when PostgreSQL is not installed.
 func StartPostgres(tb testing.TB) string {
 	tb.Helper()
@@ -105,9 +103,7 @@ func StartPostgres(tb testing.TB) string {
 			binDir = b
 		}
 	}
-	if binDir == "" {
-		tb.Skip("PostgreSQL is not installed (apt-get install postgresql); .ci/run installs it")
-	}
+	Require(tb, binDir != "", "PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
 	dir, err := os.MkdirTemp("", "kplane-pg-")
 	if err != nil {
 		tb.Fatal(err)
@@ -117,9 +113,7 @@ func StartPostgres(tb testing.TB) string {
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
-		if err != nil {
-			tb.Skip("running as root and there is no postgres user to run PostgreSQL as")
-		}
+		Require(tb, err == nil, "running as root and there is no postgres user to run PostgreSQL as (Debian's postgresql package creates it)")
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}

@@ -139,33 +139,33 @@ func (s *Server) start() error {
 
 // WaitReady polls /readyz until it answers ok.
 func (s *Server) WaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
+	err := WaitFor(context.Background(), timeout, func(context.Context) error {
 		select {
 		case <-s.exitedCh():
-			return fmt.Errorf("kplane exited before becoming ready")
+			return Stop(fmt.Errorf("kplane exited before becoming ready"))
 		default:
 		}
 		if s.ca == nil {
 			s.loadCredentials()
 		}
-		if s.ca != nil {
-			resp, err := s.HTTPClient().Get(s.URL + "/readyz")
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 && strings.TrimSpace(string(body)) == "ok" {
-					return nil
-				}
-				last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-			} else {
-				last = err.Error()
-			}
+		if s.ca == nil {
+			return fmt.Errorf("no admin kubeconfig in %s yet", s.DataDir)
 		}
-		time.Sleep(100 * time.Millisecond)
+		resp, err := s.HTTPClient().Get(s.URL + "/readyz")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "ok" {
+			return fmt.Errorf("/readyz: %d %s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kplane not ready: %w", err)
 	}
-	return fmt.Errorf("kplane not ready after %s: %s", timeout, last)
+	return nil
 }
 
 func (s *Server) exitedCh() chan struct{} {

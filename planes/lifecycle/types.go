@@ -1,0 +1,52 @@
+package lifecycle
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Plane is the kplane.dev/v1 Plane object of the root plane: one per
+// plane, named by the plane id (manifests/crds/planes.kplane.dev.yaml).
+type Plane struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              PlaneSpec   `json:"spec"`
+	Status            PlaneStatus `json:"status,omitempty"`
+}
+
+// PlaneSpec holds a Plane's settings (none yet).
+type PlaneSpec struct{}
+
+// PlaneStatus is what the lifecycle reports.
+type PlaneStatus struct {
+	Phase          Phase        `json:"phase,omitempty"`
+	ObjectCount    int64        `json:"objectCount,omitempty"`
+	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty"`
+	Message        string       `json:"message,omitempty"`
+}
+
+// NewPlane returns the Plane of plane id, ready to create.
+func NewPlane(id string) *Plane {
+	return &Plane{
+		TypeMeta:   metav1.TypeMeta{APIVersion: GVR.GroupVersion().String(), Kind: "Plane"},
+		ObjectMeta: metav1.ObjectMeta{Name: id},
+	}
+}
+
+// Unstructured is p for the dynamic client.
+func (p *Plane) Unstructured() *unstructured.Unstructured {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		// A Plane is plain data: conversion cannot fail.
+		panic(err)
+	}
+	return &unstructured.Unstructured{Object: content}
+}
+
+// PlaneFrom reads a Plane from the dynamic client's form.
+func PlaneFrom(u *unstructured.Unstructured) (*Plane, error) {
+	p := &Plane{}
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p)
+	return p, err
+}

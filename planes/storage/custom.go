@@ -1,0 +1,98 @@
+package storage
+
+import (
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+
+	"kplane.dev/kplane/planes"
+)
+
+// UndecodableAnnotation marks an object a custom-resource storage could not
+// decode with its CRD content: it belongs to a plane whose CRD differs, and
+// the storage keeps only its identity.
+const UndecodableAnnotation = "kplane.dev/undecodable"
+
+// objectKeyFunc keys a custom resource by what the object says, namespaced
+// or not. The registry's key function depends on the CRD's scope, and one
+// prefix holds the objects of every plane's CRD, whatever its scope.
+func objectKeyFunc(resourcePrefix string) func(runtime.Object) (string, error) {
+	return func(obj runtime.Object) (string, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return "", fmt.Errorf("custom resource of type %T", obj)
+		}
+		if ns := u.GetNamespace(); ns != "" {
+			return resourcePrefix + "/" + ns + "/" + u.GetName(), nil
+		}
+		return resourcePrefix + "/" + u.GetName(), nil
+	}
+}
+
+// tolerantConfig returns config with a codec that never fails to decode a
+// stored custom resource.
+func tolerantConfig(config *storagebackend.ConfigForResource) *storagebackend.ConfigForResource {
+	if config == nil || config.Codec == nil {
+		return config
+	}
+	copied := *config
+	copied.Codec = tolerantCodec{Codec: config.Codec}
+	return &copied
+}
+
+// tolerantCodec decodes what its CRD content can, and keeps only the
+// identity of what it cannot (an object stored in a version another plane's
+// CRD defines). Upstream ends a watch and fails a list on one undecodable
+// object; in a storage shared by planes that would let one plane's CRD
+// break another plane's cache.
+type tolerantCodec struct {
+	runtime.Codec
+}
+
+func (c tolerantCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	obj, gvk, err := c.Codec.Decode(data, defaults, into)
+	if err == nil {
+		return obj, gvk, nil
+	}
+	stub, stubErr := identityOf(data, err, into)
+	if stubErr != nil {
+		return obj, gvk, err
+	}
+	stubGVK := stub.GroupVersionKind()
+	return stub, &stubGVK, nil
+}
+
+// identityOf builds an object holding only the identity of the stored
+// object in data, marked undecodable with why.
+func identityOf(data []byte, why error, into runtime.Object) (*unstructured.Unstructured, error) {
+	var stored struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &stored); err != nil {
+		return nil, err
+	}
+	plane := stored.Metadata.Annotations[planes.Annotation]
+	if plane == "" || stored.Metadata.Name == "" {
+		return nil, fmt.Errorf("stored object without identity")
+	}
+	u, ok := into.(*unstructured.Unstructured)
+	if !ok || u == nil {
+		u = &unstructured.Unstructured{}
+	}
+	u.Object = map[string]interface{}{}
+	u.SetAPIVersion(stored.APIVersion)
+	u.SetKind(stored.Kind)
+	u.SetName(stored.Metadata.Name)
+	u.SetNamespace(stored.Metadata.Namespace)
+	u.SetUID(stored.Metadata.UID)
+	u.SetCreationTimestamp(stored.Metadata.CreationTimestamp)
+	u.SetAnnotations(map[string]string{planes.Annotation: plane, UndecodableAnnotation: why.Error()})
+	return u, nil
+}

@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+
+	"kplane.dev/kplane/planes"
+)
+
+// build returns a storage of registry r for resource at prefix; content ""
+// is a built-in resource.
+func buildStore(t *testing.T, r *Registry, resource schema.GroupResource, prefix, content string) *Store {
+	t.Helper()
+	inner := func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
+		func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		return &recorder{}, func() {}, nil
+	}
+	newFunc := func() runtime.Object { return &unstructured.Unstructured{} }
+	s, _, err := r.decorate(resource, content, generic.StorageDecorator(inner))(nil, prefix, nil, newFunc, newFunc, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*Store)
+}
+
+// A custom-resource storage is never returned for a built-in resource,
+// whatever the order storages were built in, and each plane gets the one
+// of its CRD content.
+func TestRegistryKeepsBuiltinAndCustomApart(t *testing.T) {
+	r := NewRegistry()
+	crb := schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}
+	gizmos := schema.GroupResource{Group: "example.org", Resource: "gizmos"}
+	contents := map[string]string{"a/" + crb.String(): "fake", "a/" + gizmos.String(): "c1", "b/" + gizmos.String(): "c2"}
+	r.SetContentResolver(func(plane string, gr schema.GroupResource) (string, bool) {
+		c, ok := contents[plane+"/"+gr.String()]
+		return c, ok
+	})
+	fake := buildStore(t, r, crb, "/rbac.authorization.k8s.io/clusterrolebindings", "fake")
+	builtin := buildStore(t, r, crb, "/clusterrolebindings", "")
+	c1 := buildStore(t, r, gizmos, "/example.org/gizmos", "c1")
+	c2 := buildStore(t, r, gizmos, "/example.org/gizmos", "c2")
+	for i := 0; i < 50; i++ {
+		if got := r.Storage(crb); got != builtin {
+			t.Fatalf("Storage(%s) returned a custom-resource storage", crb)
+		}
+		if got := r.StorageFor("a", crb); got != builtin {
+			t.Fatalf("StorageFor(a, %s) returned a custom-resource storage", crb)
+		}
+	}
+	if r.Storage(gizmos) != nil {
+		t.Error("Storage of a custom resource must be asked per plane")
+	}
+	if r.StorageFor("a", gizmos) != c1 || r.StorageFor("b", gizmos) != c2 || r.StorageFor("c", gizmos) != nil {
+		t.Error("StorageFor does not follow the plane's CRD content")
+	}
+	if c1 == c2 {
+		t.Error("CRDs of different content share one storage")
+	}
+	if !c1.Owns("a") || c1.Owns("b") || !c2.Owns("b") || c2.Owns("a") || !builtin.Owns("b") || fake.Owns("b") {
+		t.Error("Owns does not follow the plane's CRD content")
+	}
+	if again := buildStore(t, r, gizmos, "/example.org/gizmos", "c1"); again != c1 {
+		t.Error("identical CRD content does not share its storage")
+	}
+}
+
+// Keys of a custom resource follow the object, not the CRD's scope: one
+// prefix holds namespaced and cluster-scoped objects of different planes.
+func TestObjectKeyFunc(t *testing.T) {
+	key := objectKeyFunc("/example.org/gizmos")
+	u := &unstructured.Unstructured{}
+	u.SetName("x")
+	if k, _ := key(u); k != "/example.org/gizmos/x" {
+		t.Errorf("cluster-scoped key %q", k)
+	}
+	u.SetNamespace("default")
+	if k, _ := key(u); k != "/example.org/gizmos/default/x" {
+		t.Errorf("namespaced key %q", k)
+	}
+}
+
+type failingCodec struct{ runtime.Codec }
+
+func (failingCodec) Decode([]byte, *schema.GroupVersionKind, runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	return nil, nil, errors.New("request to convert CR from an invalid group/version: example.org/v2")
+}
+
+// An object the storage's CRD cannot decode keeps its identity instead of
+// failing the list or ending the watch of every plane.
+func TestTolerantCodec(t *testing.T) {
+	c := tolerantCodec{Codec: failingCodec{}}
+	data := []byte(`{"apiVersion":"example.org/v2","kind":"Widget","metadata":{"name":"w","namespace":"default","uid":"u1",
+		"annotations":{"kplane.dev/plane":"b"}},"spec":{"size":1}}`)
+	into := &unstructured.Unstructured{}
+	obj, _, err := c.Decode(data, nil, into)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := obj.(*unstructured.Unstructured)
+	if u != into || u.GetName() != "w" || u.GetNamespace() != "default" || string(u.GetUID()) != "u1" ||
+		planes.OfObject(u) != "b" || u.GetAnnotations()[UndecodableAnnotation] == "" || u.Object["spec"] != nil {
+		t.Errorf("stub %v", u.Object)
+	}
+	if _, _, err := c.Decode([]byte(`not json`), nil, nil); err == nil {
+		t.Error("garbage decoded")
+	}
+}
