@@ -204,7 +204,10 @@ func TestTapSlowStreamLosesItsPlace(t *testing.T) {
 	for rv := uint64(2); rv <= 6; rv++ {
 		src.send(watch.Added, "a", "ns", "o", rv)
 	}
-	if _, lost := receive(t, slow, 100); lost == nil || lost.reason != "the stream was read too slowly" {
+	// Nothing reads the slow stream until the tap has handed out all five.
+	tp := runningTap(t, ts, src)
+	waitFor(t, func() bool { return tp.at.Load() == 6 })
+	if _, lost := slow.take(nil); lost == nil || lost.reason != "the stream was read too slowly" {
 		t.Fatalf("slow stream: %+v", lost)
 	}
 	if got, lost := receive(t, fast, 5); lost != nil || len(got) != 5 {
@@ -255,6 +258,18 @@ func TestTapLingers(t *testing.T) {
 		t.Fatal("the tap stopped at once")
 	}
 	waitFor(t, func() bool { return ts.running() == 0 })
+}
+
+// runningTap is the tap of src.
+func runningTap(t *testing.T, ts *taps, src source) *tap {
+	t.Helper()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	tp := ts.open[src]
+	if tp == nil {
+		t.Fatal("no tap runs")
+	}
+	return tp
 }
 
 func waitFor(t *testing.T, cond func() bool) {

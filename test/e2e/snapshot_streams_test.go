@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/test/e2e/framework"
 )
@@ -106,10 +105,10 @@ func sendStreamRequest(s *framework.Server, client *http.Client, plane, query, u
 	opened := time.Now()
 	// A stream's headers come at once; one that never sends them fails the
 	// test instead of hanging it.
-	unanswered := time.AfterFunc(30*time.Second, cancel)
+	unanswered := time.AfterFunc(framework.DefaultTimeout, cancel)
 	resp, err := client.Do(req)
 	if !unanswered.Stop() {
-		err = fmt.Errorf("no answer within 30s (%v)", err)
+		err = fmt.Errorf("no answer within %s (%v)", framework.DefaultTimeout, err)
 	}
 	if err != nil {
 		cancel()
@@ -180,59 +179,52 @@ func TestSnapshotStreamLimits(t *testing.T) {
 
 		// A stream the client closes frees its slot.
 		inA[0].close()
-		var reopened *snapshotStream
-		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-			st, code, body, _ := streamRequest(t, s, client, "limits-a", query, "")
-			switch code {
-			case http.StatusOK:
-				reopened = st
-				return true, nil
-			case http.StatusTooManyRequests:
-				return false, nil
-			}
-			return false, fmt.Errorf("%d %s", code, body)
+		framework.Eventually(t, framework.DefaultTimeout, "the slot of a closed stream is freed", func(context.Context) error {
+			return openOrRefused(t, s, client, "limits-a", query, func(st *snapshotStream) { st.close() })
 		})
-		if err != nil {
-			t.Fatalf("the slot of a closed stream was not freed: %v", err)
-		}
-		reopened.close()
 	})
 
 	t.Run("server maximum timeout", func(t *testing.T) {
 		// The streams of "limits" are closed by now (their cleanups ran);
 		// wait until the server has counted them out.
 		var streams []*snapshotStream
-		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-			st, code, body, _ := streamRequest(t, s, client, "limits-c", query+"&timeoutSeconds=3600", "")
-			switch code {
-			case http.StatusOK:
+		framework.Eventually(t, framework.DefaultTimeout, "the streams of the last subtest are counted out", func(context.Context) error {
+			return openOrRefused(t, s, client, "limits-c", query+"&timeoutSeconds=3600", func(st *snapshotStream) {
+				t.Cleanup(st.close)
 				streams = append(streams, st)
-				return true, nil
-			case http.StatusTooManyRequests:
-				return false, nil
-			}
-			return false, fmt.Errorf("%d %s", code, body)
+			})
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		streams = append(streams, mustStream(t, s, client, "limits-c", query))
 		var wg sync.WaitGroup
 		for i, st := range streams {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := readToEnd(st, 90*time.Second); err != nil {
+				if err := readToEnd(st, 3*framework.DefaultTimeout); err != nil {
 					t.Errorf("stream %d: %v", i, err)
 					return
 				}
-				if took := time.Since(st.opened); took < 25*time.Second || took > 75*time.Second {
+				if took := time.Since(st.opened); took < 25*time.Second || took > 30*time.Second+2*framework.DefaultTimeout {
 					t.Errorf("stream %d ended after %s, want the server's maximum (30s)", i, took)
 				}
 			}()
 		}
 		wg.Wait()
 	})
+}
+
+// openOrRefused opens a stream as the admin and hands it to opened; a 429
+// is an error to wait on, any other answer stops the wait.
+func openOrRefused(t *testing.T, s *framework.Server, client *http.Client, plane, query string, opened func(*snapshotStream)) error {
+	st, code, body, _ := streamRequest(t, s, client, plane, query, "")
+	switch code {
+	case http.StatusOK:
+		opened(st)
+		return nil
+	case http.StatusTooManyRequests:
+		return fmt.Errorf("still refused: %s", body)
+	}
+	return framework.Stop(fmt.Errorf("%d %s", code, body))
 }
 
 // readToEnd reads st until the server ends it cleanly; an error if it
@@ -271,7 +263,7 @@ func TestSnapshotStreamTimeoutSeconds(t *testing.T) {
 	t.Parallel()
 	plane := uniquePlane(t, "stream-timeout")
 	st := mustStream(t, shared, streamClient(shared), plane, "resource=configmaps&timeoutSeconds=2")
-	if err := readToEnd(st, 30*time.Second); err != nil {
+	if err := readToEnd(st, framework.DefaultTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(st.opened); took < 1500*time.Millisecond {
@@ -293,7 +285,7 @@ func TestSnapshotStreamInitialEventsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := mustStream(t, shared, streamClient(shared), plane, "resource=configmaps&namespace=default")
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(framework.DefaultTimeout / 2)
 	for {
 		ev := st.nextWithin(t, time.Until(deadline))
 		if ev.Type != "ADDED" {
@@ -326,16 +318,14 @@ subjects: [{kind: Group, name: streamers, apiGroup: rbac.authorization.k8s.io}]
 	client := streamClient(shared)
 	const query = "resource=configmaps&namespace=default"
 	// RBAC reads from the caches: the binding counts once they have it.
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-		st, code, _, _ := streamRequest(t, shared, client, plane, query, "streamer-0", "streamers")
-		if st != nil {
-			st.close()
+	framework.Eventually(t, framework.DefaultTimeout, "the streamers get a stream", func(context.Context) error {
+		st, code, body, _ := streamRequest(t, shared, client, plane, query, "streamer-0", "streamers")
+		if st == nil {
+			return fmt.Errorf("%d %s", code, body)
 		}
-		return code == http.StatusOK, nil
+		st.close()
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("the streamers never got a stream: %v", err)
-	}
 
 	streams := make([]*snapshotStream, 0, users*perUser)
 	var mu sync.Mutex
@@ -376,7 +366,7 @@ subjects: [{kind: Group, name: streamers, apiGroup: rbac.authorization.k8s.io}]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := readUntil(st, 60*time.Second, func(ev streamEvent) bool {
+			err := readUntil(st, 2*framework.DefaultTimeout, func(ev streamEvent) bool {
 				return ev.Type == "ADDED" && objectName(ev.Object) == "default/after-open"
 			})
 			if err != nil {
