@@ -16,7 +16,7 @@
 #   CONFORMANCE_FOCUS          specs to select (default: sig-api-machinery conformance)
 #   CONFORMANCE_SKIP           further specs to skip, a regular expression
 #   CONFORMANCE_SPEC_TIMEOUT   per-spec timeout (default 3m)
-#   CONFORMANCE_PARALLEL       specs run at once (default 2; [Serial] ones alone)
+#   CONFORMANCE_PARALLEL       specs run at once (default 4; [Serial] ones alone)
 #   CONFORMANCE_OUT            results directory (default bin/conformance/results)
 #   CONFORMANCE_E2E_ARGS       further e2e.test flags, space-separated
 #   CONFORMANCE_ALLOW_FAILURES 1: exit 0 although specs failed (the table still says so)
@@ -39,10 +39,11 @@ die() { echo "conformance: $*" >&2; exit 2; }
 # module): heavy, so niced and one package at a time.
 build_e2e() {
 	local k8s
-	k8s=$(cd test/conformance && $GO list -m -f '{{.Version}}' k8s.io/kubernetes)
+	k8s=$(cd test/conformance && $GO list -m -f '{{.Version}}' k8s.io/kubernetes) ||
+		die "reading the k8s.io/kubernetes version of test/conformance/go.mod failed"
 	echo "building $e2e (k8s.io/kubernetes $k8s; takes a while, once)"
 	mkdir -p "$(dirname "$e2e")"
-	(cd test/conformance && CGO_ENABLED=0 nice -n 15 $GO test -c -p 1 \
+	(cd test/conformance && CGO_ENABLED=0 nice -n 15 $GO test -c -p 1 -vet=off \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$k8s" \
 		-o "$e2e.tmp" k8s.io/kubernetes/test/e2e) || die "building e2e.test failed"
 	mv "$e2e.tmp" "$e2e"
@@ -95,7 +96,7 @@ done
 "$kplane" kubeconfig --data-dir "$work/data" "$plane" >"$work/kubeconfig" || die "minting the kubeconfig of plane $plane failed"
 
 args=(--e2e "$e2e" --kubeconfig "$work/kubeconfig" --out "$out"
-	--spec-timeout "${CONFORMANCE_SPEC_TIMEOUT:-3m}" --parallel "${CONFORMANCE_PARALLEL:-2}")
+	--spec-timeout "${CONFORMANCE_SPEC_TIMEOUT:-3m}" --parallel "${CONFORMANCE_PARALLEL:-4}")
 [[ -n ${CONFORMANCE_FOCUS:-} ]] && args+=(--focus "$CONFORMANCE_FOCUS")
 [[ -n ${CONFORMANCE_SKIP:-} ]] && args+=(--skip "$CONFORMANCE_SKIP")
 [[ -n ${CONFORMANCE_E2E_ARGS:-} ]] && args+=(--e2e-args "$CONFORMANCE_E2E_ARGS")

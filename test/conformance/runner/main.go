@@ -63,7 +63,7 @@ func parseFlags() config {
 	flag.StringVar(&cfg.focus, "focus", `\[sig-api-machinery\].*\[Conformance\]`, "regular expression selecting the specs")
 	flag.StringVar(&cfg.skip, "skip", "", "regular expression of further specs to skip (on top of the built-in skips)")
 	flag.DurationVar(&cfg.specTimeout, "spec-timeout", 3*time.Minute, "timeout of each spec")
-	flag.IntVar(&cfg.parallel, "parallel", 2, "specs run at once ([Serial] ones always alone)")
+	flag.IntVar(&cfg.parallel, "parallel", 4, "specs run at once ([Serial] ones always alone)")
 	flag.BoolVar(&cfg.allowFailures, "allow-failures", false, "exit 0 even when specs fail")
 	flag.StringVar(&extra, "e2e-args", "", "further flags for e2e.test, space-separated")
 	flag.Parse()

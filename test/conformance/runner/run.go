@@ -72,11 +72,11 @@ func runSpec(ctx context.Context, cfg config, s spec, index int) result {
 	if err != nil {
 		return res.failed("no report", fmt.Sprintf("e2e.test wrote no report (%v): %v", runErr, err))
 	}
-	return res.from(reports)
+	return res.from(reports, cfg.specTimeout)
 }
 
 // from fills res from the spec's report.
-func (res result) from(reports []types.Report) result {
+func (res result) from(reports []types.Report, timeout time.Duration) result {
 	var its []types.SpecReport
 	var suiteFailure *types.SpecReport
 	for _, r := range reports {
@@ -105,7 +105,7 @@ func (res result) from(reports []types.Report) result {
 	case s.State == types.SpecStateSkipped:
 		res.Outcome, res.Reason = outcomeSkipped, "skipped by the spec: "+firstLine(s.Failure.Message)
 	default:
-		res = res.failed(s.State.String(), failureReason(s))
+		res = res.failed(s.State.String(), failureReason(s, timeout))
 		res.Location = s.Failure.Location.String()
 	}
 	return res
@@ -113,9 +113,12 @@ func (res result) from(reports []types.Report) result {
 
 // failureReason is the first line of a spec's failure, and for a spec cut
 // off by the timeout the step it was in.
-func failureReason(s types.SpecReport) string {
+func failureReason(s types.SpecReport, timeout time.Duration) string {
 	msg := firstLine(s.Failure.Message)
 	if s.State == types.SpecStateTimedout || s.State == types.SpecStateInterrupted {
+		if strings.Contains(msg, "suite timeout") {
+			msg = "no verdict within the spec timeout of " + timeout.String()
+		}
 		if step := s.Failure.ProgressReport.CurrentStepText; step != "" {
 			msg += " (at step: " + step + ")"
 		}
