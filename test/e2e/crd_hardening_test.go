@@ -215,25 +215,12 @@ func TestCRDScopeIsPerPlane(t *testing.T) {
 // snapshotItems counts the items of resource in plane's snapshot.
 func snapshotItems(t *testing.T, plane, resource string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, shared.PlaneURL(plane)+"/snapshot?resource="+resource+"&warm=true", nil)
-	req.Header.Set("Authorization", "Bearer "+shared.AdminToken())
-	resp, err := shared.HTTPClient().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("snapshot of %s: %d %s", plane, resp.StatusCode, body)
-	}
 	var snap struct {
 		Resources []struct {
 			Items []json.RawMessage `json:"items"`
 		} `json:"resources"`
 	}
-	if err := json.Unmarshal(body, &snap); err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, plane, "/snapshot?resource="+resource+"&warm=true", &snap)
 	n := 0
 	for _, r := range snap.Resources {
 		n += len(r.Items)
