@@ -19,7 +19,7 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e test-sdk sdk-spec bench bench-quick vet clean release conformance
+.PHONY: all build run test test-unit test-e2e test-sdk test-go-sdk envtest-assets sdk-spec bench bench-quick vet clean release conformance
 
 all: build
 
@@ -31,10 +31,30 @@ build:
 run: build
 	bin/kplane server --data-dir $(DATA_DIR)
 
-## test: the whole suite (unit + end-to-end against bin/kplane, then the Python SDK's)
-test: build
+## test: the whole suite (unit + end-to-end against bin/kplane, then the Go and Python SDKs')
+test: build envtest-assets
 	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./...
+	$(MAKE) --no-print-directory test-go-sdk
 	KPLANE_BINARY=$(CURDIR)/bin/kplane $(PYTHON) -m unittest discover -s sdk/python/tests -t sdk/python/tests
+
+# The example operator's suite runs every case at once on kplane, and again
+# on controller-runtime's envtest with the binaries of envtest-assets (it
+# fails rather than skips without them).
+EXAMPLE_PARALLEL ?= 64
+ENVTEST_ASSETS   := $(CURDIR)/bin/envtest
+
+## test-go-sdk: the Go SDK's tests (sdk/go, its own module) and the example operator's suite (examples/rayserve-operator)
+test-go-sdk: build envtest-assets
+	cd sdk/go && KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -timeout 10m ./...
+	cd examples/rayserve-operator && KPLANE_BINARY=$(CURDIR)/bin/kplane KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
+		RAYSERVE_REQUIRE_ENVTEST=1 $(GO) test -timeout 15m -parallel $(EXAMPLE_PARALLEL) ./...
+
+## envtest-assets: kube-apiserver and etcd for controller-runtime's envtest in bin/envtest
+## (KUBEBUILDER_ASSETS), built from the Kubernetes and etcd modules of go.mod: no download
+envtest-assets:
+	@mkdir -p $(ENVTEST_ASSETS)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(ENVTEST_ASSETS)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	$(GO) build -ldflags '-s -w' -o $(ENVTEST_ASSETS)/etcd ./test/e2e/etcdserver
 
 ## test-unit: unit tests only (not the e2e suite, nor the bench harness's run of bin/kplane)
 test-unit:

@@ -1,0 +1,357 @@
+package kplanetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The package's tests run against the real kplane binary of KPLANE_BINARY
+// (make test sets it); without it TestMain fails, naming where it looked.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(runChild(mode))
+	}
+	Main(m, Options{CRDDirectoryPaths: []string{"testdata/crds"}, ErrorIfCRDPathMissing: true})
+}
+
+var widgets = schema.GroupVersionResource{Group: "kplanetest.example.com", Version: "v1", Resource: "widgets"}
+
+func eventually(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		last = err
+		return ok && err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last error: %v)", what, err, last)
+	}
+}
+
+func clientsFor(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, d
+}
+
+// TestHundredParallelPlanes: 100 tests at once each get a plane of their
+// own, with the Env's CRD Established, and see only their own objects
+// while all 100 planes exist; afterwards none is left.
+func TestHundredParallelPlanes(t *testing.T) {
+	const n = 100
+	env := Default()
+	var all, ready sync.WaitGroup
+	var mu sync.Mutex
+	hosts := map[string]string{}
+	ready.Add(n)
+	for i := range n {
+		all.Go(func() {
+			t.Run(fmt.Sprintf("plane-%03d", i), func(t *testing.T) {
+				var arrived sync.Once
+				defer arrived.Do(ready.Done) // a failed subtest must not hold the others
+				cfg := Plane(t)
+				mu.Lock()
+				hosts[cfg.Host] = t.Name()
+				mu.Unlock()
+				c, d := clientsFor(t, cfg)
+				ctx := context.Background()
+				me := fmt.Sprint(i)
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mine", Labels: map[string]string{"owner": me}}}
+				if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplanetest.example.com/v1", "kind": "Widget",
+					"metadata": map[string]any{"name": "w-" + me}, "spec": map[string]any{"size": int64(i)}}}
+				if _, err := d.Resource(widgets).Namespace("default").Create(ctx, w, metav1.CreateOptions{}); err != nil {
+					t.Fatalf("custom resource right after Plane returned: %v", err)
+				}
+				arrived.Do(ready.Done)
+				ready.Wait()
+				cms, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: "owner"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(cms.Items) != 1 || cms.Items[0].Labels["owner"] != me {
+					t.Errorf("plane of test %d sees configmaps %v, want only its own", i, cms.Items)
+				}
+				ws, err := d.Resource(widgets).Namespace("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ws.Items) != 1 || ws.Items[0].GetName() != "w-"+me {
+					t.Errorf("plane of test %d sees %d widgets, want only its own", i, len(ws.Items))
+				}
+			})
+		})
+	}
+	all.Wait()
+	if len(hosts) != n {
+		t.Errorf("%d distinct plane URLs for %d tests", len(hosts), n)
+	}
+	assertNoPlanesLeft(t, env, env.RunID())
+}
+
+func assertNoPlanesLeft(t *testing.T, env *Env, runID string) {
+	t.Helper()
+	list, err := env.planes.List(context.Background(), listByRun(runID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		names := []string{}
+		for _, p := range list.Items {
+			names = append(names, p.GetName())
+		}
+		t.Errorf("planes of run %s left behind: %v", runID, names)
+	}
+}
+
+// TestCRDsPerPlane: a plane's own CRDs (a per-plane option) are in that
+// plane only; the Env's are in every plane.
+func TestCRDsPerPlane(t *testing.T) {
+	withGadgets := Plane(t, WithCRDDirectoryPaths("testdata/extra"))
+	plain := Plane(t)
+	ctx := context.Background()
+	_, d := clientsFor(t, withGadgets)
+	gadget := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplanetest.example.com/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g"}}}
+	gadgets := schema.GroupVersionResource{Group: "kplanetest.example.com", Version: "v1", Resource: "gadgets"}
+	if _, err := d.Resource(gadgets).Create(ctx, gadget, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("gadget in the plane with the gadget CRD: %v", err)
+	}
+	_, d = clientsFor(t, plain)
+	crds := d.Resource(crdGVR)
+	if _, err := crds.Get(ctx, "gadgets.kplanetest.example.com", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the gadget CRD in the other plane: %v, want NotFound", err)
+	}
+	crd, err := crds.Get(ctx, "widgets.kplanetest.example.com", metav1.GetOptions{})
+	if err != nil || !established(crd) {
+		t.Errorf("the Env's widget CRD in the plain plane: established=%v, %v", crd != nil && established(crd), err)
+	}
+	if _, err := d.Resource(gadgets).Create(ctx, gadget, metav1.CreateOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("creating a gadget where its CRD is not installed: %v, want NotFound", err)
+	}
+}
+
+// TestBadCRDPath: a missing CRD directory is an error naming it when
+// ErrorIfCRDPathMissing is set, and so is a file that is not a CRD.
+func TestBadCRDPath(t *testing.T) {
+	if _, err := readCRDs([]string{"testdata/nope"}, true); err == nil || !strings.Contains(err.Error(), "testdata/nope") {
+		t.Errorf("missing path: %v", err)
+	}
+	if crds, err := readCRDs([]string{"testdata/nope"}, false); err != nil || len(crds) != 0 {
+		t.Errorf("missing path without ErrorIfCRDPathMissing: %v, %d CRDs", err, len(crds))
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"), 0o600)
+	if _, err := readCRDs([]string{dir}, true); err == nil || !strings.Contains(err.Error(), "ConfigMap") {
+		t.Errorf("a ConfigMap among the CRDs: %v", err)
+	}
+	_, err := Default().CreatePlane(context.Background(), WithCRDDirectoryPaths("testdata/nope"))
+	if err == nil || !strings.Contains(err.Error(), "testdata/nope") {
+		t.Errorf("plane option with a missing path: %v", err)
+	}
+}
+
+// TestIdentity: an Identity is plane-bound and has only what RBAC grants.
+func TestIdentity(t *testing.T) {
+	cfg := Plane(t)
+	other := Plane(t)
+	alice := Identity(t, cfg, "team", "alice")
+	if alice.BearerToken == cfg.BearerToken || alice.BearerToken == "" {
+		t.Fatal("the identity carries the admin token")
+	}
+	admin, _ := clientsFor(t, cfg)
+	as, _ := clientsFor(t, alice)
+	ctx := context.Background()
+	if _, err := as.CoreV1().ConfigMaps("team").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("alice lists configmaps before any binding: %v, want Forbidden", err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "cm-reader", Namespace: "team"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "team"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cm-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "alice", Namespace: "team"}}}
+	if _, err := admin.RbacV1().Roles("team").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings("team").Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "alice may list configmaps once bound", func(ctx context.Context) (bool, error) {
+		_, err := as.CoreV1().ConfigMaps("team").List(ctx, metav1.ListOptions{})
+		return err == nil, err
+	})
+	if _, err := as.CoreV1().Secrets("team").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice lists secrets: %v, want Forbidden", err)
+	}
+	elsewhere := rest.CopyConfig(alice)
+	elsewhere.Host = other.Host
+	es, _ := clientsFor(t, elsewhere)
+	if _, err := es.CoreV1().ConfigMaps("team").List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("alice's token in another plane: %v, want Unauthorized", err)
+	}
+}
+
+// TestAttach: a second Env attaches to the running server by URL and
+// token, and by admin kubeconfig; a wrong token is refused before use.
+func TestAttach(t *testing.T) {
+	env := Default()
+	token := env.AdminConfig().BearerToken
+	ctx := context.Background()
+	byURL, err := Start(ctx, Options{URL: env.URL(), Token: token, CRDDirectoryPaths: []string{"testdata/extra"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byURL.Stop()
+	if byURL.Started() || byURL.RunID() == env.RunID() {
+		t.Errorf("attached Env started a server (%v) or shares the run id", byURL.Started())
+	}
+	cfg := byURL.NewPlane(t)
+	_, d := clientsFor(t, cfg)
+	if _, err := d.Resource(crdGVR).Get(ctx, "gadgets.kplanetest.example.com", metav1.GetOptions{}); err != nil {
+		t.Errorf("the attached Env's CRD in its plane: %v", err)
+	}
+
+	kubeconfig := writeKubeconfig(t, env.AdminConfig())
+	byFile, err := Start(ctx, Options{Kubeconfig: kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byFile.Stop()
+	c, _ := clientsFor(t, byFile.NewPlane(t))
+	if _, err := c.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Errorf("plane of the Env attached by kubeconfig: %v", err)
+	}
+
+	_, err = Start(ctx, Options{URL: env.URL(), Token: strings.Repeat("x", 40)})
+	if err == nil || !strings.Contains(err.Error(), "not signed with this token") {
+		t.Errorf("attaching with a wrong token: %v", err)
+	}
+	_, err = Start(ctx, Options{URL: env.URL()})
+	if err == nil || !strings.Contains(err.Error(), "KPLANE_TOKEN") {
+		t.Errorf("attaching without a token: %v", err)
+	}
+}
+
+// TestTemplateOption: WithTemplate puts spec.template on the Plane. On a
+// server with templates the plane starts with the template's objects; on
+// one without, the field is refused by name instead of silently dropped.
+func TestTemplateOption(t *testing.T) {
+	env := Default()
+	ctx := context.Background()
+	base := env.NewPlaneHandle(t)
+	c, _ := clientsFor(t, base.Config)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "scenario"}, Data: map[string]string{"k": "v"}}
+	if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	member, err := env.CreatePlane(ctx, WithTemplate(base.ID))
+	if !serverHasTemplates(t, env) {
+		if err == nil || !strings.Contains(err.Error(), "template") {
+			t.Fatalf("a server without templates accepted spec.template: %v", err)
+		}
+		t.Logf("this server has no Plane.spec.template; the option is refused clearly: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Delete(ctx)
+	mc, _ := clientsFor(t, member.Config)
+	if got, err := mc.CoreV1().ConfigMaps("default").Get(ctx, "scenario", metav1.GetOptions{}); err != nil || got.Data["k"] != "v" {
+		t.Errorf("the template's configmap in the member: %v %v", got, err)
+	}
+}
+
+// serverHasTemplates reads the Plane CRD's schema in the root plane.
+func serverHasTemplates(t *testing.T, env *Env) bool {
+	d, err := dynamic.NewForConfig(env.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd, err := d.Resource(crdGVR).Get(context.Background(), "planes.kplane.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		_, found, _ := unstructured.NestedMap(v.(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "template")
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMissingBinary: without any binary the error names every place
+// looked at; a KPLANE_BINARY that is not there is named.
+func TestMissingBinary(t *testing.T) {
+	none := binarySource{getenv: func(k string) string {
+		if k == "PATH" {
+			return "/nowhere/bin"
+		}
+		return ""
+	}, lookPath: func(string) (string, error) { return "", errors.New("not found") }}
+	_, err := findBinary(context.Background(), Options{}, none)
+	var missing *MissingBinaryError
+	if !errors.As(err, &missing) {
+		t.Fatalf("err = %v, want a MissingBinaryError", err)
+	}
+	for _, want := range []string{"KPLANE_BINARY", "PATH (/nowhere/bin)", "KPLANE_VERSION", "KPLANE_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	given := binarySource{getenv: func(k string) string {
+		if k == "KPLANE_BINARY" {
+			return "/nowhere/kplane"
+		}
+		return ""
+	}, lookPath: none.lookPath}
+	if _, err := findBinary(context.Background(), Options{}, given); err == nil || !strings.Contains(err.Error(), "KPLANE_BINARY=/nowhere/kplane") {
+		t.Errorf("a KPLANE_BINARY that does not exist: %v", err)
+	}
+	if _, err := Start(context.Background(), Options{BinaryPath: "/nowhere/kplane"}); err == nil || !strings.Contains(err.Error(), "/nowhere/kplane") {
+		t.Errorf("Start with a BinaryPath that does not exist: %v", err)
+	}
+}
+
+func TestPlaneIDs(t *testing.T) {
+	env := &Env{runID: "abc123"}
+	for _, c := range []struct{ test, want string }{
+		{"TestX", "testx-abc123-1"},
+		{"TestX/Sub_Case#01", "testx-sub-case-01-abc123-2"},
+		{"", "plane-abc123-3"},
+		{strings.Repeat("Long/", 30), strings.TrimRight(strings.Repeat("long-", 11)[:54], "-") + "-abc123-4"},
+	} {
+		if got := env.planeID(c.test); got != c.want || len(got) > 63 {
+			t.Errorf("planeID(%q) = %q, want %q (at most 63 bytes)", c.test, got, c.want)
+		}
+	}
+}
