@@ -175,11 +175,11 @@ func childCases() []testCase {
 			out = append(out, testCase{"revert-drift/" + base + "/" + k.name, func(h *harness) {
 				rs := h.create("rs", variantNamed(base).spec)
 				h.expectChildren(rs.Name)
-				obj := k.object(h, rs.Name)
-				k.drift(obj)
-				if err := h.c.Update(h.ctx, obj); err != nil {
-					h.t.Fatal(err)
-				}
+				h.eventually("changing the "+k.name, func(ctx context.Context) error {
+					obj := k.object(h, rs.Name)
+					k.drift(obj)
+					return h.c.Update(ctx, obj) // a conflict with the operator is retried
+				})
 				h.expectChildren(rs.Name)
 			}})
 		}
@@ -233,11 +233,11 @@ func statusCases() []testCase {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x", Replicas: ptr.To(replicas)})
 			h.expectChildren(rs.Name)
 			// What the Deployment controller would write; neither backend runs one.
-			d := h.get(&appsv1.Deployment{}, rs.Name).(*appsv1.Deployment)
-			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready, UpdatedReplicas: ready}
-			if err := h.c.Status().Update(h.ctx, d); err != nil {
-				h.t.Fatal(err)
-			}
+			h.eventually("writing the Deployment's status", func(ctx context.Context) error {
+				d := h.get(&appsv1.Deployment{}, rs.Name).(*appsv1.Deployment)
+				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready, UpdatedReplicas: ready}
+				return h.c.Status().Update(ctx, d) // a conflict with the operator is retried
+			})
 			c := h.expectCondition(rs.Name, servingv1alpha1.ConditionAvailable, want, reason)
 			if wantMsg := fmt.Sprintf("%d of %d replicas available", ready, replicas); c.Message != wantMsg {
 				h.t.Errorf("Available message %q, want %q", c.Message, wantMsg)

@@ -220,3 +220,24 @@ func (tm *timings) write(t testing.TB) {
 		t.Fatal(err)
 	}
 }
+
+// TestEnvtestEnvironmentOnAPlane is the migration path for suites that
+// keep envtest's Environment: UseExistingCluster with a plane's config
+// installs the CRDs there and starts nothing.
+func TestEnvtestEnvironmentOnAPlane(t *testing.T) {
+	t.Parallel()
+	env := &envtest.Environment{UseExistingCluster: ptr.To(true), Config: kplanetest.Plane(t),
+		CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("envtest on a plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	startOperator(t, cfg)
+	h := newHarness(t, cfg, "apps", true)
+	h.expectChildren(h.create("rs", variantNamed("big-config").spec).Name)
+}
