@@ -30,8 +30,15 @@ const childEnv = "KPLANETEST_CHILD"
 
 // runChild runs two tests that end badly after taking a plane each,
 // printing the plane ids and the run id for the parent to check.
-func runChild(mode string) int {
+func runChild(m *testing.M, mode string) int {
+	// testing.RunTests runs nothing until m.Run has read the test flags
+	// (-test.cpu among them): run m with no test selected first.
 	flag.Parse()
+	if err := flag.Set("test.run", "^$"); err != nil {
+		fmt.Println("child:", err)
+		return 3
+	}
+	m.Run()
 	env, err := Start(context.Background(), Options{CRDDirectoryPaths: []string{"testdata/crds"}})
 	if err != nil {
 		fmt.Println("child: start:", err)

@@ -11,13 +11,16 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -104,7 +107,7 @@ func readManifests(file string) ([]*unstructured.Unstructured, error) {
 // installCRDs creates crds in the plane client talks to and waits until
 // every one is Established. A CRD the plane already has (from a template)
 // is left as it is.
-func installCRDs(ctx context.Context, client dynamic.Interface, crds []*unstructured.Unstructured) error {
+func installCRDs(ctx context.Context, client dynamic.Interface, disco discovery.DiscoveryInterface, crds []*unstructured.Unstructured) error {
 	resource := client.Resource(crdGVR)
 	errs := make([]error, len(crds))
 	var wg sync.WaitGroup
@@ -120,7 +123,58 @@ func installCRDs(ctx context.Context, client dynamic.Interface, crds []*unstruct
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return waitEstablished(ctx, resource, crds)
+	if err := waitEstablished(ctx, resource, crds); err != nil {
+		return err
+	}
+	return waitServed(ctx, disco, crds)
+}
+
+// waitServed polls discovery until every served version of every CRD
+// lists its resource: a client sees Established through its own watch,
+// possibly before the server's handlers have caught up with the CRD (as
+// envtest, which polls discovery the same way).
+func waitServed(ctx context.Context, disco discovery.DiscoveryInterface, crds []*unstructured.Unstructured) error {
+	want := map[string][]string{} // group/version -> plurals
+	for _, crd := range crds {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		for _, v := range versions {
+			version, _ := v.(map[string]any)
+			if served, _ := version["served"].(bool); served {
+				gv := group + "/" + fmt.Sprint(version["name"])
+				want[gv] = append(want[gv], plural)
+			}
+		}
+	}
+	for gv, plurals := range want {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, PlaneTimeout, true, func(ctx context.Context) (bool, error) {
+			last = servesAll(disco, gv, plurals)
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRDs not served in %s: %v (%w)", gv, last, err)
+		}
+	}
+	return nil
+}
+
+func servesAll(disco discovery.DiscoveryInterface, gv string, plurals []string) error {
+	list, err := disco.ServerResourcesForGroupVersion(gv)
+	if err != nil {
+		return err
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	for _, p := range plurals {
+		if !served[p] {
+			return fmt.Errorf("%s not in discovery yet", p)
+		}
+	}
+	return nil
 }
 
 // waitEstablished lists the CRDs and, while some are not Established yet,

@@ -26,7 +26,7 @@ import (
 // (make test sets it); without it TestMain fails, naming where it looked.
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
+		os.Exit(runChild(m, mode))
 	}
 	Main(m, Options{CRDDirectoryPaths: []string{"testdata/crds"}, ErrorIfCRDPathMissing: true})
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -139,7 +140,11 @@ func (p *PlaneHandle) prepare(ctx context.Context, crds []*unstructured.Unstruct
 		if err != nil {
 			return err
 		}
-		return installCRDs(ctx, client, crds)
+		disco, err := discovery.NewDiscoveryClientForConfig(p.Config)
+		if err != nil {
+			return err
+		}
+		return installCRDs(ctx, client, disco, crds)
 	}
 	client, err := kubernetes.NewForConfig(p.Config)
 	if err != nil {
