@@ -15,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,17 @@ type Options struct {
 	// CacheDir keeps downloaded releases (KPLANE_CACHE_DIR, default the
 	// user cache directory's kplane/).
 	CacheDir string
+	// Prewarm is how many planes with the Env's CRDs are kept created and
+	// ready ahead of NewPlane (default DefaultPrewarm on a server the Env
+	// started, none when attached; negative: none).
+	// Each is handed to one test only; planes with options of their own
+	// (a template, more CRDs, labels) are always created on demand.
+	Prewarm int
+	// WaitForDeletion makes each test's cleanup wait until its plane is
+	// gone. Without it the cleanup sends the deletion and the server
+	// finishes it while the next tests run; Stop waits for all of them.
+	WaitForDeletion bool
+
 	// ServerArgs are extra `kplane server` flags.
 	ServerArgs []string
 	// StartTimeout bounds the server's start (default 90 s).
@@ -88,6 +100,9 @@ type Env struct {
 	crds   []*unstructured.Unstructured
 	runID  string
 	seq    atomic.Int64
+	pool   *pool
+
+	waitForDeletion bool
 }
 
 // Start starts a kplane server for the test binary, or attaches to the
@@ -102,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &Env{crds: append(crds, opts.CRDs...), runID: runID}
+	env := &Env{crds: append(crds, opts.CRDs...), runID: runID, waitForDeletion: opts.WaitForDeletion}
 	if err := env.connect(ctx, opts); err != nil {
 		return nil, err
 	}
@@ -112,6 +127,15 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, err
 	}
 	env.planes = client.Resource(planesGVR)
+	prewarm := opts.Prewarm
+	if prewarm == 0 && env.Started() {
+		// Only on a server of its own: a test binary that dies without
+		// Stop would leave the ready planes on a shared server.
+		prewarm = DefaultPrewarm
+	}
+	if prewarm > 0 {
+		env.startPool(prewarm)
+	}
 	return env, nil
 }
 
@@ -284,19 +308,25 @@ func (e *Env) LeftoverPlanes(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Stop deletes the planes of this Env that are left (a test that did not
-// clean up) and, when the Env started the server, stops it and removes its
-// data directory.
+// Stop deletes the planes of this Env that are left (ready ones nobody
+// took, and any a caller did not delete), waits until every plane of the
+// run is gone and, when the Env started the server, stops it and removes
+// its data directory.
 func (e *Env) Stop() error {
 	var errs []error
+	e.pool.stop()
 	if e.planes != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
 		left, err := e.LeftoverPlanes(ctx)
 		errs = append(errs, err)
-		for _, name := range left {
-			errs = append(errs, e.deletePlane(ctx, name))
+		deleted := make([]error, len(left))
+		var wg sync.WaitGroup
+		for i, name := range left {
+			wg.Go(func() { deleted[i] = e.deletePlane(ctx, name, true) })
 		}
+		wg.Wait()
+		errs = append(errs, deleted...)
 	}
 	if e.proc != nil {
 		e.proc.stop()

@@ -113,7 +113,12 @@ func TestHundredParallelPlanes(t *testing.T) {
 	if len(hosts) != n {
 		t.Errorf("%d distinct plane URLs for %d tests", len(hosts), n)
 	}
-	assertNoPlanesLeft(t, env, env.RunID())
+	for host := range hosts {
+		id := strings.TrimSuffix(strings.TrimPrefix(host, env.URL()+"/clusters/"), "/control-plane")
+		if err := env.waitGone(context.Background(), id); err != nil {
+			t.Errorf("after its test: %v", err)
+		}
+	}
 }
 
 func assertNoPlanesLeft(t *testing.T, env *Env, runID string) {
@@ -129,6 +134,29 @@ func assertNoPlanesLeft(t *testing.T, env *Env, runID string) {
 		}
 		t.Errorf("planes of run %s left behind: %v", runID, names)
 	}
+}
+
+// TestStopLeavesNothing: Stop deletes the ready planes of the pool and a
+// plane nobody deleted, and returns once they are gone.
+func TestStopLeavesNothing(t *testing.T) {
+	env := Default()
+	ctx := context.Background()
+	other, err := Start(ctx, Options{URL: env.URL(), Token: env.AdminConfig().BearerToken, Prewarm: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool fills", func(context.Context) (bool, error) { return len(other.pool.ready) == 3, nil })
+	if _, err := other.CreatePlane(ctx, WithLabels(map[string]string{"kept": "yes"})); err != nil {
+		t.Fatal(err)
+	}
+	left, err := other.LeftoverPlanes(ctx)
+	if err != nil || len(left) < 4 {
+		t.Fatalf("planes of the run before Stop: %v %v, want the 3 ready and the kept one", left, err)
+	}
+	if err := other.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertNoPlanesLeft(t, env, other.RunID())
 }
 
 // TestCRDsPerPlane: a plane's own CRDs (a per-plane option) are in that

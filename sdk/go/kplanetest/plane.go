@@ -76,8 +76,8 @@ func WithLabels(labels map[string]string) PlaneOption {
 
 // NewPlane creates a plane for t, installs the Env's CRDs (and the
 // options') and returns its admin client config once they are
-// Established. t.Cleanup deletes the plane and waits until it is gone,
-// also when t fails or panics.
+// Established. t.Cleanup deletes the plane, also when t fails or panics
+// (and waits until it is gone with Options.WaitForDeletion).
 func (e *Env) NewPlane(t testing.TB, opts ...PlaneOption) *rest.Config {
 	t.Helper()
 	return e.NewPlaneHandle(t, opts...).Config
@@ -95,9 +95,11 @@ func (e *Env) NewPlaneHandle(t testing.TB, opts ...PlaneOption) *PlaneHandle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// The server finishes the deletion on its own; Stop waits until
+		// every plane of the run is gone.
 		ctx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
-		if err := p.Delete(ctx); err != nil {
+		if err := e.deletePlane(ctx, p.ID, e.waitForDeletion); err != nil {
 			t.Errorf("kplanetest: %v", err)
 		}
 	})
@@ -114,6 +116,17 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 			return nil, fmt.Errorf("kplanetest: %w", err)
 		}
 	}
+	// A plane made ahead of time fits unless the options ask for more
+	// than the Env's CRDs.
+	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 {
+		if p := e.pool.take(); p != nil {
+			return p, nil
+		}
+	}
+	return e.createPlane(ctx, s)
+}
+
+func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, error) {
 	p := &PlaneHandle{ID: e.planeID(s.test), env: e}
 	// Strict: a server that does not know a field (spec.template before
 	// templates) refuses it by name instead of dropping it silently.
@@ -126,7 +139,7 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 	if err := p.prepare(ctx, append(append([]*unstructured.Unstructured{}, e.crds...), s.crds...)); err != nil {
 		delCtx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
-		return nil, errors.Join(fmt.Errorf("kplanetest: plane %s: %w", p.ID, err), p.Delete(delCtx))
+		return nil, errors.Join(fmt.Errorf("kplanetest: plane %s: %w", p.ID, err), e.deletePlane(delCtx, p.ID, true))
 	}
 	return p, nil
 }
@@ -191,10 +204,11 @@ func (e *Env) planeID(test string) string {
 // Delete deletes the plane and everything in it and waits until it is
 // gone.
 func (p *PlaneHandle) Delete(ctx context.Context) error {
-	return p.env.deletePlane(ctx, p.ID)
+	return p.env.deletePlane(ctx, p.ID, true)
 }
 
-func (e *Env) deletePlane(ctx context.Context, id string) error {
+// deletePlane deletes plane id and, with wait, waits until it is gone.
+func (e *Env) deletePlane(ctx context.Context, id string, wait bool) error {
 	err := e.planes.Delete(ctx, id, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -202,7 +216,14 @@ func (e *Env) deletePlane(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("deleting plane %s: %w", id, err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, PlaneTimeout, true, func(ctx context.Context) (bool, error) {
+	if !wait {
+		return nil
+	}
+	return e.waitGone(ctx, id)
+}
+
+func (e *Env) waitGone(ctx context.Context, id string) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, PlaneTimeout, true, func(ctx context.Context) (bool, error) {
 		_, err := e.planes.Get(ctx, id, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})

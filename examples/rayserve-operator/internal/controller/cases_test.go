@@ -238,10 +238,10 @@ func statusCases() []testCase {
 				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready, UpdatedReplicas: ready}
 				return h.c.Status().Update(ctx, d) // a conflict with the operator is retried
 			})
-			c := h.expectCondition(rs.Name, servingv1alpha1.ConditionAvailable, want, reason)
-			if wantMsg := fmt.Sprintf("%d of %d replicas available", ready, replicas); c.Message != wantMsg {
-				h.t.Errorf("Available message %q, want %q", c.Message, wantMsg)
-			}
+			// The message tells this state from the one before the write
+			// (0 of N, ReplicasUnavailable too).
+			h.expectConditionMessage(rs.Name, servingv1alpha1.ConditionAvailable, want, reason,
+				fmt.Sprintf("%d of %d replicas available", ready, replicas))
 			h.eventually("status.availableReplicas", func(ctx context.Context) error {
 				got := h.get(&servingv1alpha1.RayServe{}, rs.Name).(*servingv1alpha1.RayServe).Status.AvailableReplicas
 				if got != ready {
@@ -474,6 +474,13 @@ func childrenMatch(rs *servingv1alpha1.RayServe, d *appsv1.Deployment, svc *core
 
 func (h *harness) expectCondition(name, condType string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	h.t.Helper()
+	return h.expectConditionMessage(name, condType, status, reason, "")
+}
+
+// expectConditionMessage is expectCondition that also waits for the
+// condition's message, unless it is empty.
+func (h *harness) expectConditionMessage(name, condType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	h.t.Helper()
 	var found metav1.Condition
 	h.eventually(fmt.Sprintf("condition %s=%s (%s) on %s", condType, status, reason, name), func(ctx context.Context) error {
 		rs := &servingv1alpha1.RayServe{}
@@ -481,7 +488,7 @@ func (h *harness) expectCondition(name, condType string, status metav1.Condition
 			return err
 		}
 		c := meta.FindStatusCondition(rs.Status.Conditions, condType)
-		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != rs.Generation {
+		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != rs.Generation || (message != "" && c.Message != message) {
 			return fmt.Errorf("conditions %+v", rs.Status.Conditions)
 		}
 		found = *c
