@@ -66,7 +66,7 @@ func main() {
 	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
 	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn)")
 	gotestExample := flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
-	gotestPlanes := flag.Int("gotest-planes", 200, "planes the gotest scenario creates one after another to time a new plane with CRDs")
+	gotestPlanes := flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions

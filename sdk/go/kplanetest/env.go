@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,7 @@ type Options struct {
 	CacheDir string
 	// Prewarm is how many planes with the Env's CRDs are kept created and
 	// ready ahead of NewPlane (default DefaultPrewarm on a server the Env
-	// started, none when attached; negative: none).
+	// started, none when attached; negative: none; KPLANE_PREWARM).
 	// Each is handed to one test only; planes with options of their own
 	// (a template, more CRDs, labels) are always created on demand.
 	Prewarm int
@@ -128,6 +129,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	env.planes = client.Resource(planesGVR)
 	prewarm := opts.Prewarm
+	if v, err := strconv.Atoi(os.Getenv("KPLANE_PREWARM")); prewarm == 0 && err == nil {
+		prewarm = v
+	}
 	if prewarm == 0 && env.Started() {
 		// Only on a server of its own: a test binary that dies without
 		// Stop would leave the ready planes on a shared server.
@@ -308,14 +312,14 @@ func (e *Env) LeftoverPlanes(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Stop deletes the planes of this Env that are left (ready ones nobody
-// took, and any a caller did not delete), waits until every plane of the
-// run is gone and, when the Env started the server, stops it and removes
-// its data directory.
+// Stop ends the Env. When it started the server it stops it and removes
+// its data directory, planes and all. Attached, it deletes the planes of
+// its run that are left (ready ones nobody took, any a caller did not
+// delete) and waits until every one is gone.
 func (e *Env) Stop() error {
 	var errs []error
 	e.pool.stop()
-	if e.planes != nil {
+	if e.planes != nil && e.proc == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
 		left, err := e.LeftoverPlanes(ctx)
