@@ -121,20 +121,17 @@ func (p *process) loadCredentials() error {
 	return nil
 }
 
-// stop sends SIGTERM and waits for the server to exit (SIGKILL after 30 s).
+// stop kills the server and waits for it to exit. Nothing of it is kept
+// (its data directory is removed next), so a graceful shutdown, which
+// waits for the deletions of the last tests' planes, would only cost time.
 func (p *process) stop() {
 	select {
 	case <-p.exited:
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 }
 
 func (p *process) log() string {
