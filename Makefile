@@ -42,6 +42,9 @@ test: build envtest-assets
 # fails rather than skips without them).
 EXAMPLE_PARALLEL ?= 64
 ENVTEST_ASSETS   := $(CURDIR)/bin/envtest
+# No commit or date in them: the link is cached across commits.
+ENVTEST_LDFLAGS  := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(K8S_MINOR)
 
 ## test-go-sdk: the Go SDK's tests (sdk/go, its own module) and the example operator's suite (examples/rayserve-operator)
 test-go-sdk: build envtest-assets
@@ -53,7 +56,7 @@ test-go-sdk: build envtest-assets
 ## (KUBEBUILDER_ASSETS), built from the Kubernetes and etcd modules of go.mod: no download
 envtest-assets:
 	@mkdir -p $(ENVTEST_ASSETS)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(ENVTEST_ASSETS)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	$(GO) build -ldflags '$(ENVTEST_LDFLAGS)' -o $(ENVTEST_ASSETS)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 	$(GO) build -ldflags '-s -w' -o $(ENVTEST_ASSETS)/etcd ./test/e2e/etcdserver
 
 ## test-unit: unit tests only (not the e2e suite, nor the bench harness's run of bin/kplane)
