@@ -135,9 +135,9 @@ func New(config Config) (*Manager, error) {
 		config.StatusInterval = 10 * time.Second
 	}
 	m := &Manager{
-		config:   config,
-		planes:   client.Resource(GVR),
-		requests: newTracker(),
+		config:     config,
+		planes:     client.Resource(GVR),
+		requests:   newTracker(),
 		state:      map[string]*state{planes.Root: {phase: Ready}},
 		dependents: map[string]map[string]struct{}{},
 		held:       map[string]*resetHold{},

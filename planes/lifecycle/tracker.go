@@ -16,8 +16,8 @@ type tracker struct {
 }
 
 type inflight struct {
-	count   int
-	closed  bool
+	count  int
+	closed bool
 	// held, while a reset runs, makes new requests wait until it is closed;
 	// idle is closed once no request is in flight.
 	held    chan struct{}
