@@ -208,15 +208,21 @@ func (p *PlaneHandle) Delete(ctx context.Context) error {
 }
 
 // deletePlane deletes plane id and, with wait, waits until it is gone.
-func (e *Env) deletePlane(ctx context.Context, id string, wait bool) error {
-	err := e.planes.Delete(ctx, id, metav1.DeleteOptions{})
+func (e *Env) deletePlane(ctx context.Context, id string, waitGone bool) error {
+	// A template plane refuses deletion (409) while planes made from it
+	// exist, and for a moment after the last one is gone: retry that.
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, PlaneTimeout, true, func(ctx context.Context) (bool, error) {
+		err = e.planes.Delete(ctx, id, metav1.DeleteOptions{})
+		return !apierrors.IsConflict(err), nil
+	})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("deleting plane %s: %w", id, err)
 	}
-	if !wait {
+	if !waitGone {
 		return nil
 	}
 	return e.waitGone(ctx, id)
