@@ -375,13 +375,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	c.crds.s.Store(customResources)
-	// How long stopping the HTTP server waits for its connections to go
-	// idle. Requests are drained by the apiserver's own wait groups before
-	// it exits, whatever this says; what is left is idle HTTP/2
-	// connections, which net/http closes only 1 s after its GOAWAY unless
-	// the client hangs up first (the apiserver's own loopback clients do
-	// not), which made every stop take a second longer.
-	server.GenericAPIServer.ShutdownTimeout = 100 * time.Millisecond
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-crds", func(ctx genericapiserver.PostStartHookContext) error {
 		go customResources.Run(ctx)
 		select {
