@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -337,4 +338,39 @@ func runPythonSDK(t *testing.T, kubeconfig, mode string, planes ...string) {
 		t.Fatalf("Python SDK (%s): %v\n%s", mode, err, out)
 	}
 	t.Logf("Python SDK: %s", strings.TrimSpace(string(out)))
+}
+
+// The archive `make release` writes for each architecture (scripts/image.sh
+// save) loads into the runtime with its HEALTHCHECK, user and architecture:
+// the docker archive format keeps the health check, which podman's OCI
+// archive would drop.
+func TestContainerImageArchive(t *testing.T) {
+	rt := framework.ContainerRuntime(t)
+	bin, err := framework.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "kplane-image.tar")
+	tag := fmt.Sprintf("localhost/kplane-e2e-archive:%d", os.Getpid())
+	save := exec.Command(repoFile(t, "scripts/image.sh"), "save", tag, runtime.GOARCH, bin, archive)
+	save.Env = append(os.Environ(), "CONTAINER_RUNTIME="+rt)
+	if out, err := save.CombinedOutput(); err != nil {
+		t.Fatalf("image.sh save: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(rt, "rmi", tag).CombinedOutput(); err != nil {
+		t.Fatalf("removing the image before loading its archive: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(rt, "load", "-i", archive).CombinedOutput(); err != nil {
+		t.Fatalf("load: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command(rt, "rmi", tag).Run() })
+	out, err := exec.Command(rt, "image", "inspect", "--format",
+		"{{.Architecture}}|{{.Config.User}}|{{json .Config.Healthcheck}}", tag).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	fields := strings.Split(strings.TrimSpace(string(out)), "|")
+	if fields[0] != runtime.GOARCH || fields[1] != "65532:65532" || !strings.Contains(fields[2], "healthcheck") {
+		t.Fatalf("loaded image: architecture %s, user %s, health check %s", fields[0], fields[1], fields[2])
+	}
 }
