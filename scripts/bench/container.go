@@ -37,11 +37,15 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	repo, err := repoRoot()
+	if err != nil {
+		return Result{}, err
+	}
 	image := fmt.Sprintf("localhost/kplane-bench:%d", os.Getpid())
-	build := exec.Command("scripts/image.sh", "build", image, runtime.GOARCH, binary)
+	build := exec.Command(filepath.Join(repo, "scripts", "image.sh"), "build", image, runtime.GOARCH, binary)
 	build.Env = append(os.Environ(), "CONTAINER_RUNTIME="+rt)
 	if out, err := build.CombinedOutput(); err != nil {
-		return Result{}, fmt.Errorf("building the image (run from the repository root): %v\n%s", err, out)
+		return Result{}, fmt.Errorf("building the image: %v\n%s", err, out)
 	}
 	defer exec.Command(rt, "rmi", "-f", image).Run()
 
@@ -68,6 +72,7 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 			return Result{}, fmt.Errorf("%s: %w", target.name(), err)
 		}
 	}
+	printContainerTable(figures, p.Planes)
 	return Result{
 		Scenario: "container",
 		Params:   map[string]any{"planes": p.Planes, "runtime": filepath.Base(rt)},
@@ -78,6 +83,42 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 			"stop_after_kill: SIGTERM to exit of an idle server restarted after kill -9 on the same data",
 		},
 	}, nil
+}
+
+// printContainerTable prints the figures of both targets side by side.
+func printContainerTable(f map[string]float64, planes int) {
+	rows := []struct{ label, key, unit string }{
+		{"start -> healthy", "start_to_healthy_s", "s"},
+		{"start -> first plane ready", "start_to_first_plane_s", "s"},
+		{"RSS idle", "rss_idle_mib", "MiB"},
+		{fmt.Sprintf("RSS with %d planes", planes), fmt.Sprintf("rss_%d_planes_mib", planes), "MiB"},
+		{"SIGTERM -> exit, idle", "stop_s", "s"},
+		{"SIGTERM -> exit after kill -9 + restart", "stop_after_kill_s", "s"},
+	}
+	fmt.Printf("   %-42s %12s %12s\n", "", "bare", "container")
+	for _, r := range rows {
+		fmt.Printf("   %-42s %10.2f %-3s %8.2f %s\n", r.label, f["bare_"+r.key], r.unit, f["container_"+r.key], r.unit)
+	}
+	fmt.Printf("   %-42s %10.2f MiB %8.2f MiB (image - binary: %.1f KiB)\n", "binary | image size",
+		f["binary_size_mib"], f["image_size_mib"], f["image_minus_binary_kib"])
+}
+
+// repoRoot is the directory holding go.mod, above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above %s: run the bench from the repository", dir)
+		}
+		dir = parent
+	}
 }
 
 // startTarget is a kplane started one way (bare or in a container).
