@@ -1,9 +1,14 @@
 package admission
 
 import (
+	"sort"
+	"strings"
+
 	"context"
 	"fmt"
 	"io"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,9 +25,13 @@ const PlanesPluginName = "kplane.dev/Planes"
 // planesResource is kplane.dev/planes.
 var planesResource = schema.GroupResource{Group: "kplane.dev", Resource: "planes"}
 
-// PlaneCounter tells how many planes exist.
+// PlaneCounter tells how many planes exist and how they are stacked.
 type PlaneCounter interface {
 	Count() int
+	// CheckTemplate reports why plane cannot be made from template.
+	CheckTemplate(plane, template string) error
+	// Dependents returns the planes made from plane.
+	Dependents(plane string) []string
 }
 
 // LatePlaneCounter lets the plugin exist before the lifecycle manager.
@@ -34,6 +43,22 @@ func (l *LatePlaneCounter) Count() int {
 		return 0
 	}
 	return l.PlaneCounter.Count()
+}
+
+// CheckTemplate implements PlaneCounter; no template exists until bound.
+func (l *LatePlaneCounter) CheckTemplate(plane, template string) error {
+	if l.PlaneCounter == nil {
+		return fmt.Errorf("plane %s does not exist", template)
+	}
+	return l.PlaneCounter.CheckTemplate(plane, template)
+}
+
+// Dependents implements PlaneCounter.
+func (l *LatePlaneCounter) Dependents(plane string) []string {
+	if l.PlaneCounter == nil {
+		return nil
+	}
+	return l.PlaneCounter.Dependents(plane)
 }
 
 // Planes validates and completes Plane objects in the root plane: the name
@@ -93,6 +118,11 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		if a.GetName() == planes.Root {
 			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf("the root plane cannot be deleted"))
 		}
+		if deps := p.counter.Dependents(a.GetName()); len(deps) > 0 {
+			sort.Strings(deps)
+			return apierrors.NewConflict(planesResource, a.GetName(), fmt.Errorf(
+				"the plane is the template of %s; delete them first", strings.Join(deps, ", ")))
+		}
 	case admission.Create:
 		if err := planes.ValidateID(a.GetName()); err != nil {
 			return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
@@ -103,6 +133,25 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 				"plane limit reached: %d planes exist and the server allows %d (--max-planes); delete planes or raise the limit",
 				p.counter.Count(), p.maxPlanes))
 		}
+		return p.validateTemplate(a)
+	}
+	return nil
+}
+
+// validateTemplate refuses a Plane whose spec.template cannot be used: a
+// missing or deleting plane, root, itself.
+func (p *Planes) validateTemplate(a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
+	if template == "" {
+		return nil
+	}
+	if err := p.counter.CheckTemplate(a.GetName(), template); err != nil {
+		return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
+			field.ErrorList{field.Invalid(field.NewPath("spec", "template"), template, err.Error())})
 	}
 	return nil
 }

@@ -109,7 +109,9 @@ func (c *Controller) safeSync(ctx context.Context, key crdKey) (after time.Durat
 }
 
 func (c *Controller) sync(ctx context.Context, key crdKey) (time.Duration, error) {
-	e, ok := c.s.index.Get(key.plane, key.name)
+	// Conditions and finalizers of the plane's own CRDs only: inherited
+	// ones are kept by their template.
+	e, ok := c.s.index.getOwn(key.plane, key.name)
 	if !ok {
 		return 0, nil
 	}

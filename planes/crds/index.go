@@ -26,6 +26,9 @@ type entry struct {
 	// hash identifies the serving behaviour of the CRD: identical specs in
 	// different planes share one handler.
 	hash string
+	// hidden marks a plane's tombstone of a CRD it deleted from its
+	// template: the name is not served, whatever the template holds.
+	hidden bool
 }
 
 // planeCRDs are the CRDs of one plane.
@@ -55,6 +58,17 @@ type Index struct {
 	onChange func(plane, name string)
 	// onUnused is told about content hashes no CRD uses anymore.
 	onUnused func(hash string)
+	// templates returns a plane's templates, nearest first: a plane made
+	// from a template serves the template's CRDs it did not change.
+	templates func(plane string) []string
+}
+
+// layers is plane and its templates, nearest first.
+func (x *Index) layers(plane string) []string {
+	if x.templates == nil {
+		return []string{plane}
+	}
+	return append([]string{plane}, x.templates(plane)...)
 }
 
 // NewIndex returns an empty index.
@@ -66,16 +80,33 @@ func NewIndex() *Index {
 // HasSynced is closed once the index has seen every stored CRD.
 func (x *Index) HasSynced() <-chan struct{} { return x.synced }
 
-// Get returns plane's CRD called name.
+// Get returns the CRD called name that plane serves: its own or,
+// unless it deleted it, its template's.
 func (x *Index) Get(plane, name string) (*entry, bool) {
+	layers := x.layers(plane)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	p := x.byPlane[plane]
-	if p == nil {
-		return nil, false
+	for _, layer := range layers {
+		if p := x.byPlane[layer]; p != nil {
+			if e, ok := p.byName[name]; ok {
+				return e, !e.hidden
+			}
+		}
 	}
-	e, ok := p.byName[name]
-	return e, ok
+	return nil, false
+}
+
+// getOwn returns plane's own record of the CRD called name (nil for
+// none or a tombstone): what the conditions controller keeps.
+func (x *Index) getOwn(plane, name string) (*entry, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if p := x.byPlane[plane]; p != nil {
+		if e, ok := p.byName[name]; ok && !e.hidden {
+			return e, true
+		}
+	}
+	return nil, false
 }
 
 // content returns the content hash of plane's CRD for resource: which
@@ -88,28 +119,96 @@ func (x *Index) content(plane string, resource schema.GroupResource) (string, bo
 	return e.hash, true
 }
 
-// List returns plane's CRDs sorted by name, and the plane's version.
+// List returns the CRDs plane serves (its own and those it inherits),
+// sorted by name, and a version that changes whenever one of them does.
 func (x *Index) List(plane string) ([]*entry, uint64) {
+	layers := x.layers(plane)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	p := x.byPlane[plane]
-	if p == nil {
-		return nil, 0
+	byName := map[string]*entry{}
+	var version uint64
+	for i := len(layers) - 1; i >= 0; i-- {
+		p := x.byPlane[layers[i]]
+		if p == nil {
+			continue
+		}
+		version += p.version
+		for name, e := range p.byName {
+			byName[name] = e
+		}
 	}
-	out := make([]*entry, 0, len(p.byName))
-	for _, e := range p.byName {
-		out = append(out, e)
+	out := make([]*entry, 0, len(byName))
+	for _, e := range byName {
+		if !e.hidden {
+			out = append(out, e)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].crd.Name < out[j].crd.Name })
-	return out, p.version
+	return out, version
 }
 
-// HasAny reports whether plane has at least one CRD.
+// HasAny reports whether plane serves at least one CRD. It is asked on
+// every request, so it allocates nothing for a plane made from nothing.
 func (x *Index) HasAny(plane string) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	if x.templates == nil || len(x.templates(plane)) == 0 {
+		x.mu.RLock()
+		defer x.mu.RUnlock()
+		p := x.byPlane[plane]
+		return p != nil && len(p.byName) > 0 && !allHidden(p)
+	}
+	entries, _ := x.List(plane)
+	return len(entries) > 0
+}
+
+func allHidden(p *planeCRDs) bool {
+	for _, e := range p.byName {
+		if !e.hidden {
+			return false
+		}
+	}
+	return true
+}
+
+// Hide implements planestorage.LayerHandler: plane deleted a CRD it
+// inherited.
+func (x *Index) Hide(tombstone runtime.Object) {
+	x.Delete(tombstone)
+	x.setHidden(tombstone, true)
+}
+
+// Unhide implements planestorage.LayerHandler: plane's tombstone of a CRD
+// is gone (a reset); it serves its template's again.
+func (x *Index) Unhide(tombstone runtime.Object) { x.setHidden(tombstone, false) }
+
+func (x *Index) setHidden(tombstone runtime.Object, hidden bool) {
+	plane := planes.OfObject(tombstone)
+	accessor, err := meta.Accessor(tombstone)
+	if err != nil || plane == "" {
+		return
+	}
+	name := accessor.GetName()
+	x.mu.Lock()
 	p := x.byPlane[plane]
-	return p != nil && len(p.byName) > 0
+	switch {
+	case hidden && p == nil:
+		p = &planeCRDs{byName: map[string]*entry{}}
+		x.byPlane[plane] = p
+		fallthrough
+	case hidden:
+		p.byName[name] = &entry{plane: plane, hidden: true}
+	case p != nil && p.byName[name] != nil && p.byName[name].hidden:
+		delete(p.byName, name)
+		if len(p.byName) == 0 {
+			delete(x.byPlane, plane)
+		}
+	default:
+		x.mu.Unlock()
+		return
+	}
+	x.version++
+	p.version = x.version
+	x.mu.Unlock()
+	x.notify(plane, name, "")
 }
 
 // Upsert implements storage.Handler.
@@ -152,7 +251,7 @@ func (x *Index) Upsert(obj runtime.Object) {
 		x.byPlane[plane] = p
 	}
 	var unused string
-	if old := p.byName[crd.Name]; old != nil {
+	if old := p.byName[crd.Name]; old != nil && !old.hidden {
 		unused = x.releaseLocked(old.hash)
 		defer x.dropSpecLocked(old.hash)
 	}
@@ -175,7 +274,7 @@ func (x *Index) Delete(obj runtime.Object) {
 	x.mu.Lock()
 	var unused string
 	if p := x.byPlane[plane]; p != nil {
-		if old := p.byName[name]; old != nil {
+		if old := p.byName[name]; old != nil && !old.hidden {
 			unused = x.releaseLocked(old.hash)
 			x.dropSpecLocked(old.hash)
 			delete(p.byName, name)
@@ -228,6 +327,9 @@ func (x *Index) ForgetPlane(plane string) {
 	var unused []string
 	if p != nil {
 		for _, e := range p.byName {
+			if e.hidden {
+				continue
+			}
 			if h := x.releaseLocked(e.hash); h != "" {
 				unused = append(unused, h)
 				x.dropSpecLocked(h)

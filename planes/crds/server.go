@@ -75,6 +75,7 @@ func New(config Config, notFound http.Handler) *Server {
 	}
 	if config.Storages != nil {
 		config.Storages.SetContentResolver(index.content)
+		index.templates = config.Storages.Chain
 	}
 	return s
 }

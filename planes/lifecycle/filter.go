@@ -51,6 +51,12 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 			return
 		}
 		phase, exists := m.Phase(plane)
+		if req.URL.Path == ResetPath {
+			// Not counted in flight: the reset waits for the plane's other
+			// requests.
+			m.serveReset(w, req, serializer, plane)
+			return
+		}
 		if isProbe(req.URL.Path) {
 			switch {
 			case !exists:
@@ -85,7 +91,7 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 			writeError(w, req, serializer, terminating(plane))
 			return
 		case phase == Pending:
-			if err := m.config.Bootstrapper.Ensure(tracked, plane); err != nil {
+			if err := m.ensure(tracked, plane); err != nil {
 				writeError(w, req, serializer, err)
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -91,6 +92,21 @@ type state struct {
 	wiped types.UID
 	// statusCount is the object count last written to the Plane status.
 	statusCount int64
+	// template is the plane this one is made from (spec.template).
+	template string
+	// resetting is set while a reset of the plane runs (or must be
+	// finished after a restart); requests wait for it.
+	resetting bool
+	// resetDoneAt is the resourceVersion of the Plane whose reset mark was
+	// removed last: an informer's older copy still carries the mark and
+	// must not start the reset again.
+	resetDoneAt uint64
+	// resetRunning is set while finishReset runs for the plane: one at a
+	// time.
+	resetRunning bool
+	// resetRevision is the datastore revision of the plane's last reset
+	// (ResetRevisionAnnotation).
+	resetRevision uint64
 }
 
 // Manager keeps the planes.
@@ -103,6 +119,10 @@ type Manager struct {
 
 	mu    sync.RWMutex
 	state map[string]*state
+	// dependents indexes state by template: the planes made from each.
+	dependents map[string]map[string]struct{}
+	// held are the planes held for a reset.
+	held map[string]*resetHold
 }
 
 // New returns a manager; Run starts it.
@@ -115,10 +135,12 @@ func New(config Config) (*Manager, error) {
 		config.StatusInterval = 10 * time.Second
 	}
 	m := &Manager{
-		config:   config,
-		planes:   client.Resource(GVR),
-		requests: newTracker(),
-		state:    map[string]*state{planes.Root: {phase: Ready}},
+		config:     config,
+		planes:     client.Resource(GVR),
+		requests:   newTracker(),
+		state:      map[string]*state{planes.Root: {phase: Ready}},
+		dependents: map[string]map[string]struct{}{},
+		held:       map[string]*resetHold{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"}),
 	}
@@ -161,8 +183,78 @@ func (m *Manager) observe(obj any) {
 		s.terminating = true
 		s.phase = Terminating
 	}
+	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
+	m.setTemplateLocked(u.GetName(), s, template)
+	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
+		s.resetRevision = at
+	}
+	holdForReset := m.unfinishedResetLocked(u, s) && !s.resetting && !s.terminating
+	if holdForReset {
+		// A reset was begun and not finished (the server stopped in it):
+		// no request may see the half-reset plane until reconcile ends it.
+		s.resetting = true
+	}
 	m.mu.Unlock()
+	if holdForReset {
+		m.holdForReset(u.GetName())
+	}
 	m.queue.Add(u.GetName())
+}
+
+// setTemplateLocked records which template plane name is made from.
+func (m *Manager) setTemplateLocked(name string, s *state, template string) {
+	if s.template == template {
+		return
+	}
+	if deps := m.dependents[s.template]; deps != nil {
+		delete(deps, name)
+		if len(deps) == 0 {
+			delete(m.dependents, s.template)
+		}
+	}
+	s.template = template
+	if template != "" {
+		if m.dependents[template] == nil {
+			m.dependents[template] = map[string]struct{}{}
+		}
+		m.dependents[template][name] = struct{}{}
+	}
+}
+
+// Template implements planes/storage.Layers.
+func (m *Manager) Template(plane string) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.state[plane]
+	if s == nil || s.template == "" {
+		return "", false
+	}
+	return s.template, true
+}
+
+// ResetRevision implements planes/storage.Layers.
+func (m *Manager) ResetRevision(plane string) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.state[plane]; s != nil {
+		return s.resetRevision
+	}
+	return 0
+}
+
+// Dependents implements planes/storage.Layers: the planes made from plane.
+func (m *Manager) Dependents(plane string) []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	deps := m.dependents[plane]
+	if len(deps) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(deps))
+	for d := range deps {
+		out = append(out, d)
+	}
+	return out
 }
 
 // Phase returns the phase of plane, and false if no such plane exists.
@@ -274,11 +366,17 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 	if plane.GetDeletionTimestamp() != nil {
 		return m.delete(ctx, plane)
 	}
+	m.mu.RLock()
+	unfinished := m.state[name] != nil && m.unfinishedResetLocked(plane, m.state[name])
+	m.mu.RUnlock()
+	if unfinished {
+		return m.finishReset(ctx, name)
+	}
 	phase, _, _ := unstructured.NestedString(plane.Object, "status", "phase")
 	if Phase(phase) == Ready {
 		return nil
 	}
-	if err := m.config.Bootstrapper.Ensure(ctx, name); err != nil {
+	if err := m.ensure(ctx, name); err != nil {
 		return err
 	}
 	m.setPhase(name, Ready)
@@ -340,7 +438,10 @@ func (m *Manager) writeCounts(ctx context.Context) {
 // forget drops everything kept for a plane that no longer exists.
 func (m *Manager) forget(name string) {
 	m.mu.Lock()
-	_, known := m.state[name]
+	s, known := m.state[name]
+	if known {
+		m.setTemplateLocked(name, s, "")
+	}
 	delete(m.state, name)
 	m.mu.Unlock()
 	if !known {
@@ -370,19 +471,33 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 	if u != nil {
 		name = u.GetName()
 	}
-	_, err = m.planes.Create(ctx, planeObject(plane, map[string]string{CreatedByAnnotation: name}), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := m.planes.Create(ctx, planeObject(plane, map[string]string{CreatedByAnnotation: name}), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// Created meanwhile, maybe from a template: what it says decides
+		// how the plane starts.
+		created, err = m.planes.Get(ctx, plane, metav1.GetOptions{})
+	}
+	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	if _, ok := m.state[plane]; !ok {
-		m.state[plane] = &state{phase: Pending}
-	}
-	m.mu.Unlock()
-	if err := m.config.Bootstrapper.Ensure(ctx, plane); err != nil {
+	m.observe(created)
+	if err := m.ensure(ctx, plane); err != nil {
 		return err
 	}
 	m.setPhase(plane, Ready)
+	return nil
+}
+
+// ensure gives a new plane what it starts with: its template's state
+// (nothing to write) or the bootstrap.
+func (m *Manager) ensure(ctx context.Context, plane string) error {
+	template, ok := m.Template(plane)
+	if !ok {
+		return m.config.Bootstrapper.Ensure(ctx, plane)
+	}
+	if phase, exists := m.Phase(template); !exists || phase != Ready {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("plane %s waits for its template %s to be ready", plane, template))
+	}
 	return nil
 }
 
@@ -468,6 +583,38 @@ func (m *Manager) removeFinalizer(ctx context.Context, plane *unstructured.Unstr
 	}
 	if err != nil {
 		return fmt.Errorf("releasing Plane %s: %w", plane.GetName(), err)
+	}
+	return nil
+}
+
+// CheckTemplate reports why plane cannot be made from template: the
+// template must be a live plane other than root and plane itself, and must
+// not be made (through its own templates) from plane.
+func (m *Manager) CheckTemplate(plane, template string) error {
+	switch template {
+	case plane:
+		return fmt.Errorf("a plane cannot be its own template")
+	case planes.Root:
+		return fmt.Errorf("the root plane cannot be a template: it holds the server's Planes and Fleets")
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.state[template]
+	switch {
+	case s == nil:
+		return fmt.Errorf("plane %s does not exist", template)
+	case s.terminating:
+		return fmt.Errorf("plane %s is being deleted", template)
+	}
+	for p, n := template, 0; p != "" && n < 16; n++ {
+		if p == plane {
+			return fmt.Errorf("template cycle: plane %s is made from %s", template, plane)
+		}
+		next := m.state[p]
+		if next == nil {
+			break
+		}
+		p = next.template
 	}
 	return nil
 }

@@ -16,8 +16,12 @@ type tracker struct {
 }
 
 type inflight struct {
-	count   int
-	closed  bool
+	count  int
+	closed bool
+	// held, while a reset runs, makes new requests wait until it is closed;
+	// idle is closed once no request is in flight.
+	held    chan struct{}
+	idle    chan struct{}
 	watches map[uint64]context.CancelFunc
 	// drained is closed once the plane is closed and count is zero.
 	drained chan struct{}
@@ -36,11 +40,25 @@ func (t *tracker) plane(name string) *inflight {
 	return p
 }
 
-// enter admits a request to plane unless the plane is closed. A watch gets
-// a context that ends when the plane is closed. done must be called when
-// the request ends.
+// enter admits a request to plane unless the plane is closed; while the
+// plane is held (reset) it waits for it to be released. A watch gets a
+// context that ends when the plane is closed or held. done must be called
+// when the request ends.
 func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ context.Context, done func(), ok bool) {
-	t.mu.Lock()
+	for {
+		t.mu.Lock()
+		p := t.plane(plane)
+		held := p.held
+		if held == nil {
+			break
+		}
+		t.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return ctx, func() {}, false
+		}
+	}
 	defer t.mu.Unlock()
 	p := t.plane(plane)
 	if p.closed {
@@ -64,12 +82,54 @@ func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ contex
 		}
 		p.count--
 		if p.count == 0 {
+			if p.idle != nil {
+				close(p.idle)
+				p.idle = nil
+			}
 			if p.closed {
 				close(p.drained)
-			} else if t.planes[plane] == p {
+			} else if t.planes[plane] == p && p.held == nil {
 				delete(t.planes, plane)
 			}
 		}
+	}, true
+}
+
+// hold makes new requests to plane wait, ends its watches, and returns a
+// channel closed once the requests inside have finished and the function
+// that lets requests in again. It reports false when the plane is held
+// already.
+func (t *tracker) hold(plane string) (<-chan struct{}, func(), bool) {
+	t.mu.Lock()
+	p := t.plane(plane)
+	if p.held != nil {
+		t.mu.Unlock()
+		return nil, nil, false
+	}
+	p.held = make(chan struct{})
+	idle := make(chan struct{})
+	if p.count == 0 {
+		close(idle)
+	} else {
+		p.idle = idle
+	}
+	watches := p.watches
+	p.watches = map[uint64]context.CancelFunc{}
+	t.mu.Unlock()
+	for _, cancel := range watches {
+		cancel()
+	}
+	var once sync.Once
+	return idle, func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			close(p.held)
+			p.held = nil
+			if p.count == 0 && !p.closed && t.planes[plane] == p {
+				delete(t.planes, plane)
+			}
+		})
 	}, true
 }
 

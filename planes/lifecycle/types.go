@@ -15,8 +15,12 @@ type Plane struct {
 	Status            PlaneStatus `json:"status,omitempty"`
 }
 
-// PlaneSpec holds a Plane's settings (none yet).
-type PlaneSpec struct{}
+// PlaneSpec holds a Plane's settings. Both are fixed at creation.
+type PlaneSpec struct {
+	// Template is the plane this plane starts as. The plane stores only
+	// what it changes; the template is read-only while planes use it.
+	Template string `json:"template,omitempty"`
+}
 
 // PlaneStatus is what the lifecycle reports.
 type PlaneStatus struct {

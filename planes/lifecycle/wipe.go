@@ -21,7 +21,8 @@ import (
 // storage: a deleted plane keeps nothing, whatever finalizers its objects
 // carry. It returns the number of objects deleted.
 func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
-	pctx := planes.WithPlane(ctx, plane)
+	// Only the plane's own records: a template's objects are not its to delete.
+	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
 	// Custom resources are stored under their CRD's storage, which exists
 	// only once the CRD has been served since the server started.
 	if m.config.CustomResources != nil {

@@ -44,6 +44,9 @@ type Registry struct {
 	// contentOf names the CRD content a plane serves a custom resource
 	// with; set once by the CRD server.
 	contentOf atomic.Pointer[ContentResolver]
+	// layers says which planes are made from templates; set once by the
+	// lifecycle.
+	layers atomic.Pointer[Layers]
 }
 
 // ContentResolver returns the content key of plane's CRD for a custom

@@ -50,6 +50,7 @@ func ObjectKey(obj runtime.Object) string {
 // of different planes never collapse (client-go informers key by
 // namespace/name and cannot be used here).
 func Follow(ctx context.Context, s *Store, h Handler) {
+	h = tombstonesAsDeletes{h}
 	ctx, cancel := untilGone(ctx, s)
 	defer cancel()
 	all := planes.WithAllPlanes(ctx)
@@ -212,4 +213,42 @@ func unwrap(obj runtime.Object) runtime.Object {
 		return c.GetObject()
 	}
 	return obj
+}
+
+// LayerHandler is a Handler that keeps track of what planes inherit from
+// their templates, and so must know when a plane hides an inherited object
+// (a tombstone appears) and when it stops hiding it (a reset removes the
+// tombstone).
+type LayerHandler interface {
+	Handler
+	Hide(tombstone runtime.Object)
+	Unhide(tombstone runtime.Object)
+}
+
+// tombstonesAsDeletes hands a plane's tombstone (its record of an object it
+// deleted from its template) to a handler as the deletion it stands for.
+type tombstonesAsDeletes struct{ Handler }
+
+func (t tombstonesAsDeletes) Upsert(obj runtime.Object) {
+	if !IsTombstone(obj) {
+		t.Handler.Upsert(obj)
+		return
+	}
+	if l, ok := t.Handler.(LayerHandler); ok {
+		l.Hide(obj)
+		return
+	}
+	t.Handler.Delete(obj)
+}
+
+func (t tombstonesAsDeletes) Delete(obj runtime.Object) {
+	if !IsTombstone(obj) {
+		t.Handler.Delete(obj)
+		return
+	}
+	// A tombstone removed: the plane inherits the object again (reset).
+	// Only a handler that tracks inheritance has something to do.
+	if l, ok := t.Handler.(LayerHandler); ok {
+		l.Unhide(obj)
+	}
 }

@@ -90,14 +90,30 @@ func (s *Store) scopeWrite(ctx context.Context, key string) (string, string, err
 	return s.scope(ctx, key)
 }
 
+// layered returns the templates plane is made from (nearest first), or
+// nil when its own records are the whole plane: a plane made from nothing,
+// or a call that asked for the plane's own layer.
+func (s *Store) layered(ctx context.Context, plane string) []string {
+	if plane == "" || ownLayer(ctx) {
+		return nil
+	}
+	return s.registry.chain(plane)
+}
+
 // Create implements storage.Interface.
 func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
 	plane, scoped, err := s.scopeWrite(ctx, key)
 	if err != nil {
 		return err
 	}
-	if err := stamp(obj, plane); err != nil {
+	if err := s.registry.writable(s.resource, plane); err != nil {
 		return err
+	}
+	if err := markWrite(obj, plane, ""); err != nil {
+		return err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.createLayered(ctx, plane, chain, key, obj, out, ttl)
 	}
 	return s.Interface.Create(ctx, scoped, obj, out, ttl)
 }
@@ -105,9 +121,15 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 // Delete implements storage.Interface.
 func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
-	_, scoped, err := s.scopeWrite(ctx, key)
+	plane, scoped, err := s.scopeWrite(ctx, key)
 	if err != nil {
 		return err
+	}
+	if err := s.registry.writable(s.resource, plane); err != nil {
+		return err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.deleteLayered(ctx, plane, chain, key, out, preconditions, validateDeletion)
 	}
 	return s.Interface.Delete(ctx, scoped, out, preconditions, validateDeletion, cachedExistingObject, opts)
 }
@@ -119,6 +141,12 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.registry.expiredByReset(s, plane, opts.ResourceVersion); err != nil {
+		return nil, err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.watchLayered(ctx, plane, chain, key, opts)
+	}
 	if plane != "" {
 		opts.Predicate = planePredicate(opts.Predicate, plane)
 	}
@@ -127,18 +155,24 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 
 // Get implements storage.Interface.
 func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
-	_, scoped, err := s.scope(ctx, key)
+	plane, scoped, err := s.scope(ctx, key)
 	if err != nil {
 		return err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.getLayered(ctx, plane, chain, key, opts, objPtr)
 	}
 	return s.Interface.Get(ctx, scoped, opts, objPtr)
 }
 
 // GetList implements storage.Interface.
 func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	_, scoped, err := s.scope(ctx, key)
+	plane, scoped, err := s.scope(ctx, key)
 	if err != nil {
 		return err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.getListLayered(ctx, plane, chain, key, opts, listObj)
 	}
 	return s.Interface.GetList(ctx, scoped, opts, listObj)
 }
@@ -150,12 +184,18 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err != nil {
 		return err
 	}
+	if err := s.registry.writable(s.resource, plane); err != nil {
+		return err
+	}
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		return s.updateLayered(ctx, plane, chain, key, destination, ignoreNotFound, preconditions, tryUpdate)
+	}
 	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
 		out, ttl, err := tryUpdate(input, res)
 		if err != nil {
 			return out, ttl, err
 		}
-		return out, ttl, stamp(out, plane)
+		return out, ttl, markWrite(out, plane, "")
 	}
 	return s.Interface.GuaranteedUpdate(ctx, scoped, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
 }

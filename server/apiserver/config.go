@@ -419,6 +419,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	c.planeCount.PlaneCounter = manager
+	c.storage.SetLayers(manager)
 	c.lifecycle.m.Store(manager)
 	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
 	if err != nil {

@@ -1,0 +1,231 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+
+	"kplane.dev/kplane/planes"
+)
+
+// ResetAnnotation on a Plane marks a reset that has begun and not
+// finished. It is written before the plane's records are touched and
+// removed after, so a server stopped in the middle finishes the reset
+// before the plane serves again: a reset happens whole or not at all.
+const ResetAnnotation = "kplane.dev/resetting"
+
+// ResetRevisionAnnotation on a Plane is the datastore revision at which its
+// last reset ended: watches from an older resourceVersion answer 410, so
+// that clients list the reset plane again instead of replaying the reset.
+const ResetRevisionAnnotation = "kplane.dev/reset-revision"
+
+// ResetPath is where a plane is reset: POST /clusters/<id>/control-plane/reset.
+const ResetPath = "/reset"
+
+// Reset returns plane to where it started: its template's state, or the
+// bootstrapped empty plane. Requests that arrive meanwhile wait; watches
+// open in the plane are ended (their clients list again and see the reset
+// state). It returns once the plane serves its reset state.
+func (m *Manager) Reset(ctx context.Context, plane string) error {
+	if err := m.resettable(plane); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	s := m.state[plane]
+	if s == nil || s.resetting {
+		m.mu.Unlock()
+		return apierrors.NewConflict(planeResource, plane, fmt.Errorf("the plane is being reset"))
+	}
+	s.resetting = true
+	m.mu.Unlock()
+	if _, err := m.markReset(ctx, plane, true); err != nil {
+		m.mu.Lock()
+		s.resetting = false
+		m.mu.Unlock()
+		return err
+	}
+	m.holdForReset(plane)
+	return m.finishReset(ctx, plane)
+}
+
+var planeResource = schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource}
+
+func (m *Manager) resettable(plane string) error {
+	if plane == planes.Root {
+		return apierrors.NewForbidden(planeResource, plane, fmt.Errorf("the root plane cannot be reset"))
+	}
+	phase, ok := m.Phase(plane)
+	switch {
+	case !ok:
+		return notFound(plane)
+	case phase == Terminating:
+		return terminating(plane)
+	case phase != Ready:
+		return apierrors.NewConflict(planeResource, plane, fmt.Errorf("the plane is not ready"))
+	}
+	if deps := m.Dependents(plane); len(deps) > 0 {
+		return apierrors.NewForbidden(planeResource, plane, fmt.Errorf("the plane is the template of %d plane(s) and is read-only while they exist", len(deps)))
+	}
+	return nil
+}
+
+// resetHold is a plane held for its reset: idle is closed once the
+// requests inside have finished, release lets requests in again.
+type resetHold struct {
+	idle    <-chan struct{}
+	release func()
+}
+
+// holdForReset makes the plane's new requests wait and ends its watches;
+// a plane held already stays held once.
+func (m *Manager) holdForReset(plane string) *resetHold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.held[plane]; h != nil {
+		return h
+	}
+	idle, release, ok := m.requests.hold(plane)
+	if !ok {
+		// Held by an earlier call whose record was dropped: wait for nothing.
+		closed := make(chan struct{})
+		close(closed)
+		idle, release = closed, func() {}
+	}
+	h := &resetHold{idle: idle, release: release}
+	m.held[plane] = h
+	return h
+}
+
+// finishReset drops the plane's own records (and bootstraps a plane made
+// from nothing again), then lets requests in. It is what a reset does
+// after marking it, and what a restart does for a reset it finds marked.
+func (m *Manager) finishReset(ctx context.Context, plane string) error {
+	m.mu.Lock()
+	s := m.state[plane]
+	if s == nil || s.resetRunning {
+		// Another call is finishing it (a reset and the reconcile of the
+		// Plane it marked).
+		m.mu.Unlock()
+		return nil
+	}
+	s.resetRunning = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		s.resetRunning = false
+		m.mu.Unlock()
+	}()
+	h := m.holdForReset(plane)
+	began := time.Now()
+	select {
+	case <-h.idle:
+	case <-time.After(drainTimeout):
+		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; resetting the plane anyway", drainTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	deleted, err := m.wipe(ctx, plane)
+	if err != nil {
+		return fmt.Errorf("resetting plane %s: %w", plane, err)
+	}
+	for _, f := range m.config.Forget {
+		f.ForgetPlane(plane)
+	}
+	if _, made := m.Template(plane); !made {
+		m.config.Bootstrapper.Forget(plane)
+		if err := m.config.Bootstrapper.Ensure(ctx, plane); err != nil {
+			return fmt.Errorf("bootstrapping plane %s after its reset: %w", plane, err)
+		}
+	}
+	// The mark's removal is the revision the reset ends at: everything
+	// the reset wrote is older.
+	doneAt, err := m.markReset(ctx, plane, false)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	s.resetting = false
+	s.resetDoneAt = doneAt
+	s.resetRevision = doneAt
+	delete(m.held, plane)
+	m.mu.Unlock()
+	h.release()
+	logrus.WithFields(logrus.Fields{"plane": plane, "records": deleted,
+		"took": time.Since(began).Round(time.Microsecond).String()}).Info("plane reset")
+	return nil
+}
+
+// markReset writes (or removes) ResetAnnotation on the plane's Plane and
+// returns the Plane's new resourceVersion.
+func (m *Manager) markReset(ctx context.Context, plane string, on bool) (uint64, error) {
+	annotations := map[string]any{ResetAnnotation: nil}
+	if on {
+		annotations[ResetAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+	} else {
+		rv, err := m.currentRevision(ctx)
+		if err != nil {
+			return 0, err
+		}
+		annotations[ResetRevisionAnnotation] = strconv.FormatUint(rv, 10)
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return 0, err
+	}
+	patched, err := m.planes.Patch(ctx, plane, types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("marking the reset of plane %s: %w", plane, err)
+	}
+	rv, _ := strconv.ParseUint(patched.GetResourceVersion(), 10, 64)
+	return rv, nil
+}
+
+// unfinishedResetLocked reports whether Plane u says a reset was begun and
+// not finished: it carries the mark and is newer than the last reset this
+// server finished.
+func (m *Manager) unfinishedResetLocked(u *unstructured.Unstructured, s *state) bool {
+	if _, marked := u.GetAnnotations()[ResetAnnotation]; !marked {
+		return false
+	}
+	rv, err := strconv.ParseUint(u.GetResourceVersion(), 10, 64)
+	return err != nil || rv > s.resetDoneAt
+}
+
+// serveReset answers POST /reset of a plane.
+func (m *Manager) serveReset(w http.ResponseWriter, req *http.Request, serializer runtime.NegotiatedSerializer, plane string) {
+	if req.Method != http.MethodPost {
+		writeError(w, req, serializer, apierrors.NewMethodNotSupported(planeResource, req.Method))
+		return
+	}
+	if err := m.Reset(req.Context(), plane); err != nil {
+		writeError(w, req, serializer, err)
+		return
+	}
+	status := &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess,
+		Code: http.StatusOK, Message: fmt.Sprintf("plane %s reset", plane)}
+	responsewriters.WriteRawJSON(http.StatusOK, status, w)
+}
+
+// currentRevision is the datastore's newest revision.
+func (m *Manager) currentRevision(ctx context.Context) (uint64, error) {
+	for _, s := range m.config.Storage.Stores() {
+		rv, err := s.GetCurrentResourceVersion(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("reading the datastore revision: %w", err)
+		}
+		return rv, nil
+	}
+	return 0, fmt.Errorf("no storage to read the datastore revision from")
+}

@@ -1,0 +1,560 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// A plane made from a template stores only its own layer: the objects it
+// created or changed (under its own keys, as any plane) and a tombstone for
+// every template object it deleted. Reads resolve a key from the nearest
+// layer that has a record for it; a template is read-only while it has
+// dependents, so what a member inherits never changes under it.
+
+// maxLayeredRetries bounds the retries of a write that raced another write
+// of the same key (a create of an override or a tombstone).
+const maxLayeredRetries = 16
+
+// record reads the record plane's own layer holds at key (unscoped), or
+// nil.
+func (s *Store) record(ctx context.Context, plane, key string, opts storage.GetOptions) (runtime.Object, error) {
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return nil, err
+	}
+	obj := s.newFunc()
+	opts.IgnoreNotFound = false
+	if err := s.Interface.Get(ctx, scoped, opts, obj); err != nil {
+		if storage.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return obj, nil
+}
+
+// inherited returns what plane's templates (chain, nearest first) hold
+// visibly at key: nil when none holds it or the nearest record is a
+// tombstone. Templates are read-only while used, so their caches serve.
+func (s *Store) inherited(ctx context.Context, chain []string, key string) (runtime.Object, error) {
+	for _, layer := range chain {
+		rec, err := s.record(ctx, layer, key, storage.GetOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil {
+			if IsTombstone(rec) {
+				return nil, nil
+			}
+			return rec, nil
+		}
+	}
+	return nil, nil
+}
+
+// resolve returns plane's own record at key (nil if none) and, when that
+// does not decide, the inherited object.
+func (s *Store) resolve(ctx context.Context, plane string, chain []string, key string, opts storage.GetOptions) (own, below runtime.Object, err error) {
+	own, err = s.record(ctx, plane, key, opts)
+	if err != nil || own != nil {
+		return own, nil, err
+	}
+	below, err = s.inherited(ctx, chain, key)
+	return nil, below, err
+}
+
+func (s *Store) getLayered(ctx context.Context, plane string, chain []string, key string, opts storage.GetOptions, out runtime.Object) error {
+	own, below, err := s.resolve(ctx, plane, chain, key, opts)
+	if err != nil {
+		return err
+	}
+	obj := own
+	if obj == nil {
+		obj = below
+	}
+	if obj == nil || IsTombstone(obj) {
+		if opts.IgnoreNotFound {
+			return runtime.SetZeroValue(out)
+		}
+		scoped, _ := scopeKey(s.resourcePrefix, plane, key)
+		return storage.NewKeyNotFoundError(scoped, 0)
+	}
+	if err := served(obj, plane); err != nil {
+		return err
+	}
+	return setInto(out, obj)
+}
+
+// setInto copies obj into out, both of the resource's type.
+func setInto(out, obj runtime.Object) error {
+	ov, iv := reflect.ValueOf(out), reflect.ValueOf(obj)
+	if ov.Kind() != reflect.Pointer || iv.Kind() != reflect.Pointer || ov.Type() != iv.Type() {
+		return fmt.Errorf("cannot copy %T into %T", obj, out)
+	}
+	ov.Elem().Set(iv.Elem())
+	return nil
+}
+
+// objectKey is the unscoped storage key of a stored object.
+func (s *Store) objectKey(obj runtime.Object) (string, error) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return "", err
+	}
+	if ns := accessor.GetNamespace(); ns != "" {
+		return s.resourcePrefix + "/" + ns + "/" + accessor.GetName(), nil
+	}
+	return s.resourcePrefix + "/" + accessor.GetName(), nil
+}
+
+// layerList reads the records of one layer under key (unscoped), keyed by
+// their unscoped keys, and the list's resourceVersion.
+func (s *Store) layerList(ctx context.Context, layer, key string, opts storage.ListOptions) (map[string]runtime.Object, string, error) {
+	scoped, err := scopeKey(s.resourcePrefix, layer, key)
+	if err != nil {
+		return nil, "", err
+	}
+	opts.Predicate = storage.Everything
+	list := s.newListFunc()
+	if err := s.Interface.GetList(ctx, scoped, opts, list); err != nil {
+		return nil, "", err
+	}
+	records := map[string]runtime.Object{}
+	err = meta.EachListItem(list, func(obj runtime.Object) error {
+		k, err := s.objectKey(obj)
+		records[k] = obj
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, "", err
+	}
+	return records, listMeta.GetResourceVersion(), nil
+}
+
+// merged is plane's view under key: every layer's records, nearest layer
+// winning, tombstones dropped, objects in plane's served form, sorted by
+// key. own are the options of plane's own layer's read.
+func (s *Store) merged(ctx context.Context, plane string, chain []string, key string, own storage.ListOptions) ([]string, map[string]runtime.Object, string, error) {
+	view := map[string]runtime.Object{}
+	var rv string
+	// Deepest template first, the plane's own records last: a nearer
+	// layer's record of a key wins.
+	for i := len(chain); i >= 0; i-- {
+		layer, opts := plane, own
+		if i > 0 {
+			layer, opts = chain[i-1], storage.ListOptions{ResourceVersion: "0", Recursive: own.Recursive}
+		}
+		records, listRV, err := s.layerList(ctx, layer, key, opts)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		for k, obj := range records {
+			view[k] = obj
+		}
+		if layer == plane {
+			rv = listRV
+		}
+	}
+	keys := make([]string, 0, len(view))
+	for k, obj := range view {
+		if IsTombstone(obj) {
+			delete(view, k)
+			continue
+		}
+		if err := served(obj, plane); err != nil {
+			return nil, nil, "", err
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, view, rv, nil
+}
+
+func (s *Store) getListLayered(ctx context.Context, plane string, chain []string, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if !opts.Recursive {
+		return s.getSingleAsList(ctx, plane, chain, key, opts, listObj)
+	}
+	pred := opts.Predicate
+	prefix, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	own := storage.ListOptions{ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch, Recursive: true}
+	var start string
+	if pred.Continue != "" {
+		from, rv, err := storage.DecodeContinue(pred.Continue, prefix)
+		if err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+		}
+		start = from
+		own.ResourceVersion, own.ResourceVersionMatch = fmt.Sprint(rv), metav1.ResourceVersionMatchExact
+	}
+	keys, view, rv, err := s.merged(ctx, plane, chain, key, own)
+	if err != nil {
+		return err
+	}
+	var items []runtime.Object
+	var last string
+	remaining := int64(0)
+	for _, k := range keys {
+		scoped, _ := scopeKey(s.resourcePrefix, plane, k)
+		if start != "" && scoped < start {
+			continue
+		}
+		obj := view[k]
+		if ok, err := pred.Matches(obj); err != nil {
+			return err
+		} else if !ok {
+			continue
+		}
+		if pred.Limit > 0 && int64(len(items)) >= pred.Limit {
+			remaining++
+			continue
+		}
+		items = append(items, obj)
+		last = scoped
+	}
+	if err := meta.SetList(listObj, items); err != nil {
+		return err
+	}
+	listMeta, err := meta.ListAccessor(listObj)
+	if err != nil {
+		return err
+	}
+	listMeta.SetResourceVersion(rv)
+	if remaining > 0 {
+		parsed, err := s.Versioner().ParseResourceVersion(rv)
+		if err != nil {
+			return err
+		}
+		token, err := storage.EncodeContinue(last+"\x00", prefix, int64(parsed))
+		if err != nil {
+			return err
+		}
+		listMeta.SetContinue(token)
+		listMeta.SetRemainingItemCount(&remaining)
+	}
+	return nil
+}
+
+// getSingleAsList serves a list of one named object (a field selector on
+// metadata.name).
+func (s *Store) getSingleAsList(ctx context.Context, plane string, chain []string, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	_, rv, err := s.layerList(ctx, plane, key, storage.ListOptions{ResourceVersion: opts.ResourceVersion, ResourceVersionMatch: opts.ResourceVersionMatch})
+	if err != nil {
+		return err
+	}
+	obj := s.newFunc()
+	err = s.getLayered(ctx, plane, chain, key, storage.GetOptions{ResourceVersion: "0", IgnoreNotFound: true}, obj)
+	if err != nil {
+		return err
+	}
+	var items []runtime.Object
+	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetName() != "" {
+		if ok, err := opts.Predicate.Matches(obj); err != nil {
+			return err
+		} else if ok {
+			items = append(items, obj)
+		}
+	}
+	if err := meta.SetList(listObj, items); err != nil {
+		return err
+	}
+	listMeta, err := meta.ListAccessor(listObj)
+	if err != nil {
+		return err
+	}
+	listMeta.SetResourceVersion(rv)
+	return nil
+}
+
+func (s *Store) createLayered(ctx context.Context, plane string, chain []string, key string, obj, out runtime.Object, ttl uint64) error {
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return err
+	}
+	for range maxLayeredRetries {
+		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
+		if err != nil {
+			return err
+		}
+		switch {
+		case own != nil && !IsTombstone(own), own == nil && below != nil:
+			return storage.NewKeyExistsError(scoped, 0)
+		case own == nil:
+			if err := s.Interface.Create(ctx, scoped, obj, out, ttl); err != nil {
+				return err
+			}
+			return served(out, plane)
+		}
+		// Created again over the plane's tombstone: the record is updated,
+		// and its first version says it is a creation.
+		err = s.Interface.GuaranteedUpdate(ctx, scoped, out, false, nil, func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			if !IsTombstone(input) {
+				return nil, nil, errRaced
+			}
+			created := obj.DeepCopyObject()
+			if err := s.Versioner().PrepareObjectForStorage(created); err != nil {
+				return nil, nil, err
+			}
+			return created, nil, setLayerState(created, LayerRecreated)
+		}, nil)
+		if errors.Is(err, errRaced) || storage.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return served(out, plane)
+	}
+	return storage.NewKeyExistsError(scoped, 0)
+}
+
+// errRaced: the record changed between the read that decided how to write
+// and the write; the write is decided again.
+var errRaced = errors.New("the plane's record changed while it was written")
+
+func (s *Store) updateLayered(ctx context.Context, plane string, chain []string, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return err
+	}
+	for range maxLayeredRetries {
+		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if own != nil {
+			err = s.updateOwn(ctx, plane, scoped, destination, ignoreNotFound, preconditions, tryUpdate)
+		} else {
+			err = s.updateInherited(ctx, plane, scoped, below, destination, ignoreNotFound, preconditions, tryUpdate)
+		}
+		if errors.Is(err, errRaced) {
+			continue
+		}
+		return err
+	}
+	return storage.NewResourceVersionConflictsError(scoped, 0)
+}
+
+// updateOwn updates the plane's own record; a tombstone is what is not
+// there.
+func (s *Store) updateOwn(ctx context.Context, plane, scoped string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	tombstoned := false
+	err := s.Interface.GuaranteedUpdate(ctx, scoped, destination, false, nil,
+		func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			if IsTombstone(input) {
+				if !ignoreNotFound {
+					tombstoned = true
+					return nil, nil, storage.NewKeyNotFoundError(scoped, 0)
+				}
+				// Created again by an update (PUT of a missing object).
+				empty := s.newFunc()
+				if err := preconditions.Check(scoped, empty); err != nil {
+					return nil, nil, err
+				}
+				out, ttl, err := tryUpdate(empty, storage.ResponseMeta{})
+				if err != nil {
+					return nil, nil, err
+				}
+				return out, ttl, markWrite(out, plane, LayerRecreated)
+			}
+			if err := served(input, plane); err != nil {
+				return nil, nil, err
+			}
+			if err := preconditions.Check(scoped, input); err != nil {
+				return nil, nil, err
+			}
+			out, ttl, err := tryUpdate(input, res)
+			if err != nil {
+				return nil, nil, err
+			}
+			return out, ttl, markWrite(out, plane, "")
+		}, nil)
+	if storage.IsNotFound(err) && !tombstoned {
+		// The record went away meanwhile: decide again.
+		return errRaced
+	}
+	if err != nil {
+		return err
+	}
+	return served(destination, plane)
+}
+
+// updateInherited makes the plane's first record of an object it
+// inherited (or, with ignoreNotFound, creates it).
+func (s *Store) updateInherited(ctx context.Context, plane, scoped string, below, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	input := below
+	var res storage.ResponseMeta
+	if input == nil {
+		if !ignoreNotFound {
+			return storage.NewKeyNotFoundError(scoped, 0)
+		}
+		input = s.newFunc()
+	} else {
+		if err := served(input, plane); err != nil {
+			return err
+		}
+		rv, err := s.Versioner().ObjectResourceVersion(input)
+		if err != nil {
+			return err
+		}
+		res.ResourceVersion = rv
+	}
+	if err := preconditions.Check(scoped, input); err != nil {
+		return err
+	}
+	out, ttl, err := tryUpdate(input.DeepCopyObject(), res)
+	if err != nil {
+		return err
+	}
+	if err := markWrite(out, plane, ""); err != nil {
+		return err
+	}
+	if below != nil && equality.Semantic.DeepEqual(input, out) {
+		// Nothing changed: no record, as a copy's storage writes nothing.
+		return setInto(destination, input)
+	}
+	if err := s.Versioner().PrepareObjectForStorage(out); err != nil {
+		return err
+	}
+	var ttlValue uint64
+	if ttl != nil {
+		ttlValue = *ttl
+	}
+	err = s.Interface.Create(ctx, scoped, out, destination, ttlValue)
+	if storage.IsExist(err) {
+		return errRaced
+	}
+	if err != nil {
+		return err
+	}
+	return served(destination, plane)
+}
+
+// markWrite stamps an object about to be written for plane with its layer
+// state, whatever a client put in either annotation.
+func markWrite(obj runtime.Object, plane, state string) error {
+	if err := setLayerState(obj, state); err != nil {
+		return err
+	}
+	return stamp(obj, plane)
+}
+
+func (s *Store) deleteLayered(ctx context.Context, plane string, chain []string, key string, out runtime.Object,
+	preconditions *storage.Preconditions, validateDeletion storage.ValidateObjectFunc) error {
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return err
+	}
+	for range maxLayeredRetries {
+		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
+		if err != nil {
+			return err
+		}
+		switch {
+		case own != nil && IsTombstone(own), own == nil && below == nil:
+			return storage.NewKeyNotFoundError(scoped, 0)
+		case own == nil:
+			err = s.tombstoneInherited(ctx, plane, scoped, below, out, preconditions, validateDeletion)
+		default:
+			var inTemplate runtime.Object
+			if inTemplate, err = s.inherited(ctx, chain, key); err == nil {
+				err = s.deleteOwn(ctx, plane, scoped, inTemplate != nil, out, preconditions, validateDeletion)
+			}
+		}
+		if errors.Is(err, errRaced) {
+			continue
+		}
+		return err
+	}
+	return storage.NewKeyNotFoundError(scoped, 0)
+}
+
+// tombstoneInherited deletes an object the plane only inherited: a
+// tombstone in its layer hides it.
+func (s *Store) tombstoneInherited(ctx context.Context, plane, scoped string, below, out runtime.Object,
+	preconditions *storage.Preconditions, validateDeletion storage.ValidateObjectFunc) error {
+	if err := served(below, plane); err != nil {
+		return err
+	}
+	if err := preconditions.Check(scoped, below); err != nil {
+		return err
+	}
+	if err := validateDeletion(ctx, below); err != nil {
+		return err
+	}
+	tomb := below.DeepCopyObject()
+	if err := s.Versioner().PrepareObjectForStorage(tomb); err != nil {
+		return err
+	}
+	if err := markWrite(tomb, plane, LayerDeleted); err != nil {
+		return err
+	}
+	if err := s.Interface.Create(ctx, scoped, tomb, s.newFunc(), 0); err != nil {
+		if storage.IsExist(err) {
+			return errRaced
+		}
+		return err
+	}
+	return setInto(out, below)
+}
+
+// deleteOwn deletes the plane's own record: removed when the templates do
+// not hold the key, turned into a tombstone when they do.
+func (s *Store) deleteOwn(ctx context.Context, plane, scoped string, shadowsTemplate bool, out runtime.Object,
+	preconditions *storage.Preconditions, validateDeletion storage.ValidateObjectFunc) error {
+	if !shadowsTemplate {
+		err := s.Interface.Delete(ctx, scoped, out, preconditions, func(ctx context.Context, obj runtime.Object) error {
+			if IsTombstone(obj) {
+				return errRaced
+			}
+			return validateDeletion(ctx, obj)
+		}, nil, storage.DeleteOptions{})
+		if err != nil {
+			return err
+		}
+		return served(out, plane)
+	}
+	var last runtime.Object
+	err := s.Interface.GuaranteedUpdate(ctx, scoped, s.newFunc(), false, preconditions,
+		func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			if IsTombstone(input) {
+				return nil, nil, storage.NewKeyNotFoundError(scoped, 0)
+			}
+			if err := validateDeletion(ctx, input); err != nil {
+				return nil, nil, err
+			}
+			last = input.DeepCopyObject()
+			tomb := input.DeepCopyObject()
+			return tomb, nil, markWrite(tomb, plane, LayerDeleted)
+		}, nil)
+	if err != nil {
+		return err
+	}
+	if err := served(last, plane); err != nil {
+		return err
+	}
+	return setInto(out, last)
+}

@@ -1,0 +1,195 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// LayerAnnotation marks the records of a plane's own layer that are not
+// plain objects: LayerDeleted is a tombstone (an object the plane deleted
+// from its template; the record keeps the deleted object's last state),
+// LayerRecreated is an object the plane created again over a tombstone (its
+// first version only: the watch must tell that creation, an ADDED, from a
+// change, a MODIFIED). The storage removes the annotation from everything
+// it serves and from everything clients write.
+const (
+	LayerAnnotation = "kplane.dev/layer"
+	LayerDeleted    = "deleted"
+	LayerRecreated  = "recreated"
+)
+
+// maxLayers bounds a template chain; lifecycle refuses cycles at creation,
+// this only keeps a corrupt chain from looping.
+const maxLayers = 16
+
+// Layers tells the storage how planes are stacked: a plane made from a
+// template stores only what it changed, and reads fall through to its
+// template for the rest.
+type Layers interface {
+	// Template returns the plane plane was made from, if any.
+	Template(plane string) (string, bool)
+	// Dependents returns the live planes made from plane; a template with
+	// dependents is read-only.
+	Dependents(plane string) []string
+	// ResetRevision is the datastore revision at which plane was last
+	// reset (0: never). A watch from before it would replay the reset's
+	// deletions of records, not what the plane became: it is refused.
+	ResetRevision(plane string) uint64
+}
+
+// SetLayers tells the registry how planes are stacked; until it is called
+// every plane is a layer of its own.
+func (r *Registry) SetLayers(l Layers) { r.layers.Store(&l) }
+
+func (r *Registry) layerSource() Layers {
+	l := r.layers.Load()
+	if l == nil {
+		return nil
+	}
+	return *l
+}
+
+// chain returns plane's templates, nearest first (empty for a plane made
+// from nothing).
+func (r *Registry) chain(plane string) []string {
+	l := r.layerSource()
+	if l == nil {
+		return nil
+	}
+	var out []string
+	for p := plane; len(out) < maxLayers; {
+		t, ok := l.Template(p)
+		if !ok || t == "" {
+			break
+		}
+		out = append(out, t)
+		p = t
+	}
+	return out
+}
+
+// Chain returns plane's templates, nearest first.
+func (r *Registry) Chain(plane string) []string { return r.chain(plane) }
+
+// writable refuses writes to a plane that is the template of live planes:
+// a change would silently become part of every member.
+func (r *Registry) writable(resource schema.GroupResource, plane string) error {
+	l := r.layerSource()
+	if l == nil {
+		return nil
+	}
+	deps := l.Dependents(plane)
+	if len(deps) == 0 {
+		return nil
+	}
+	return apierrors.NewForbidden(resource, "", fmt.Errorf("plane %s is the template of %s and is read-only while they exist",
+		plane, describePlanes(deps)))
+}
+
+func describePlanes(names []string) string {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	const shown = 5
+	if len(sorted) <= shown {
+		return "plane(s) " + strings.Join(sorted, ", ")
+	}
+	return fmt.Sprintf("planes %s and %d more", strings.Join(sorted[:shown], ", "), len(sorted)-shown)
+}
+
+type ownLayerKey struct{}
+
+// WithOwnLayer returns a copy of ctx whose storage calls see and change the
+// plane's own records only, tombstones included, never its template's:
+// what wiping and resetting a plane need.
+func WithOwnLayer(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownLayerKey{}, true)
+}
+
+func ownLayer(ctx context.Context) bool {
+	own, _ := ctx.Value(ownLayerKey{}).(bool)
+	return own
+}
+
+// layerState is what a stored record is to its plane.
+func layerState(obj runtime.Object) string {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return accessor.GetAnnotations()[LayerAnnotation]
+}
+
+// IsTombstone reports whether obj is a plane's record of an object it
+// deleted from its template.
+func IsTombstone(obj runtime.Object) bool { return layerState(obj) == LayerDeleted }
+
+// setLayerState sets (or, with "", removes) the layer annotation, copying
+// the annotation map: it may be shared with a cached object.
+func setLayerState(obj runtime.Object, state string) error {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	old := accessor.GetAnnotations()
+	if old[LayerAnnotation] == state {
+		return nil
+	}
+	annotations := make(map[string]string, len(old)+1)
+	for k, v := range old {
+		if k != LayerAnnotation {
+			annotations[k] = v
+		}
+	}
+	if state != "" {
+		annotations[LayerAnnotation] = state
+	}
+	if len(annotations) == 0 {
+		annotations = nil
+	}
+	accessor.SetAnnotations(annotations)
+	return nil
+}
+
+// served turns a record of some layer into what plane serves: its own
+// plane annotation and no layer mark. obj must be the caller's copy.
+func served(obj runtime.Object, plane string) error {
+	if err := setLayerState(obj, ""); err != nil {
+		return err
+	}
+	return stamp(obj, plane)
+}
+
+// mutable returns obj or, when it may be shared with a cache (a watch
+// event's object), a deep copy.
+func mutable(obj runtime.Object) runtime.Object {
+	if c, ok := obj.(runtime.CacheableObject); ok {
+		return c.GetObject()
+	}
+	return obj.DeepCopyObject()
+}
+
+// expiredByReset refuses a watch of plane from a resourceVersion older
+// than the plane's last reset with 410, so that clients list again.
+func (r *Registry) expiredByReset(s *Store, plane, resourceVersion string) error {
+	l := r.layerSource()
+	if l == nil || plane == "" || resourceVersion == "" || resourceVersion == "0" {
+		return nil
+	}
+	at := l.ResetRevision(plane)
+	if at == 0 {
+		return nil
+	}
+	rv, err := s.Versioner().ParseResourceVersion(resourceVersion)
+	if err != nil || rv >= at {
+		return nil
+	}
+	return apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %s is from before plane %s was reset (at %d); list it again",
+		resourceVersion, plane, at))
+}

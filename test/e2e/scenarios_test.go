@@ -1,0 +1,649 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"kplane.dev/kplane/test/e2e/framework"
+)
+
+var planesGVR = schema.GroupVersionResource{Group: "kplane.dev", Version: "v1", Resource: "planes"}
+
+// createPlane creates a Plane in root, from template when it is not empty,
+// and waits until the plane answers ready.
+func createPlane(t *testing.T, s *framework.Server, name, template string) {
+	t.Helper()
+	spec := map[string]any{}
+	if template != "" {
+		spec["template"] = template
+	}
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating plane %s from %q: %v", name, template, err)
+	}
+	c := s.Client(t, name)
+	framework.Eventually(t, framework.DefaultTimeout, "plane "+name+" ready", func(ctx context.Context) error {
+		_, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	})
+}
+
+// resetPlane POSTs /reset to plane and returns the HTTP status.
+func resetPlane(t *testing.T, s *framework.Server, plane string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.PlaneURL(plane)+"/reset", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
+	resp, err := s.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatalf("reset %s: %v", plane, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// seedScenario writes a small scenario into plane: a namespace with
+// ConfigMaps, Secrets, a ServiceAccount, a Role and a RoleBinding.
+func seedScenario(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: "shop",
+			Labels: map[string]string{"tier": []string{"web", "db"}[i%2]}}, Data: map[string]string{"v": fmt.Sprint(i)}}
+		if _, err := c.CoreV1().ConfigMaps("shop").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%d", i), Namespace: "shop"}, StringData: map[string]string{"k": fmt.Sprint(i)}}
+		if _, err := c.CoreV1().Secrets("shop").Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "robot", Namespace: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: "shop"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}}}
+	if _, err := c.RbacV1().Roles("shop").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "robot-reads", Namespace: "shop"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "robot", Namespace: "shop"}}}
+	if _, err := c.RbacV1().RoleBindings("shop").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scenarioKinds are the resources the scenario tests compare.
+var scenarioKinds = []schema.GroupVersionResource{
+	{Version: "v1", Resource: "configmaps"},
+	{Version: "v1", Resource: "secrets"},
+	{Version: "v1", Resource: "serviceaccounts"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	{Version: "v1", Resource: "namespaces"},
+}
+
+// planeState is a plane's objects of scenarioKinds, without what differs
+// between two planes holding the same objects (uid, resourceVersion,
+// timestamps, managed fields, the plane annotation).
+func planeState(t *testing.T, d dynamic.Interface) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, gvr := range scenarioKinds {
+		list, err := d.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("listing %s: %v", gvr.Resource, err)
+		}
+		for _, item := range list.Items {
+			if gvr.Resource == "configmaps" && item.GetName() == "kube-root-ca.crt" {
+				continue
+			}
+			out[gvr.Resource+"/"+item.GetNamespace()+"/"+item.GetName()] = comparable(t, &item)
+		}
+	}
+	return out
+}
+
+func comparable(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	c := u.DeepCopy()
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"} {
+		unstructured.RemoveNestedField(c.Object, "metadata", f)
+	}
+	annotations := c.GetAnnotations()
+	delete(annotations, "kplane.dev/plane")
+	c.SetAnnotations(annotations)
+	if len(annotations) == 0 {
+		unstructured.RemoveNestedField(c.Object, "metadata", "annotations")
+	}
+	data, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func diffStates(a, b map[string]string) string {
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var diffs []string
+	for _, k := range keys {
+		if a[k] != b[k] {
+			diffs = append(diffs, fmt.Sprintf("%s:\n  %s\n  %s", k, a[k], b[k]))
+		}
+	}
+	return strings.Join(diffs, "\n")
+}
+
+// TestTemplateMembersAreLayers: members of a template start as its state,
+// change only themselves, and the template is read-only while they exist.
+func TestTemplateMembersAreLayers(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl := uniquePlane(t, "tmpl")
+	createPlane(t, s, tmpl, "")
+	seedScenario(t, s.Client(t, tmpl))
+	templateState := planeState(t, s.Dynamic(t, tmpl))
+
+	a, b := uniquePlane(t, "member-a"), uniquePlane(t, "member-b")
+	createPlane(t, s, a, tmpl)
+	createPlane(t, s, b, tmpl)
+	ca := s.Client(t, a)
+	if d := diffStates(templateState, planeState(t, s.Dynamic(t, a))); d != "" {
+		t.Fatalf("a new member differs from its template:\n%s", d)
+	}
+
+	// A change in a is a's only.
+	cm, err := ca.CoreV1().ConfigMaps("shop").Get(ctx, "cm-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["v"] = "changed"
+	if _, err := ca.CoreV1().ConfigMaps("shop").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("updating an inherited object: %v", err)
+	}
+	if err := ca.CoreV1().Secrets("shop").Delete(ctx, "s-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting an inherited object: %v", err)
+	}
+	if _, err := ca.CoreV1().Secrets("shop").Get(ctx, "s-2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a deleted inherited object: want 404, got %v", err)
+	}
+	for _, plane := range []string{b, tmpl} {
+		got, err := s.Client(t, plane).CoreV1().ConfigMaps("shop").Get(ctx, "cm-1", metav1.GetOptions{})
+		if err != nil || got.Data["v"] != "1" {
+			t.Fatalf("%s sees a's change: %v %v", plane, got.Data, err)
+		}
+		if _, err := s.Client(t, plane).CoreV1().Secrets("shop").Get(ctx, "s-2", metav1.GetOptions{}); err != nil {
+			t.Fatalf("%s lost the secret a deleted: %v", plane, err)
+		}
+	}
+	// Label selectors and paging see the merged view.
+	web, err := ca.CoreV1().ConfigMaps("shop").List(ctx, metav1.ListOptions{LabelSelector: "tier=web"})
+	if err != nil || len(web.Items) != 3 {
+		t.Fatalf("tier=web in a: %d items, %v", len(web.Items), err)
+	}
+	var paged []string
+	opts := metav1.ListOptions{Limit: 4}
+	for {
+		page, err := ca.CoreV1().Secrets("shop").List(ctx, opts)
+		if err != nil {
+			t.Fatalf("paging: %v", err)
+		}
+		for _, item := range page.Items {
+			paged = append(paged, item.Name)
+		}
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+	}
+	if strings.Join(paged, ",") != "s-0,s-1,s-3,s-4,s-5" {
+		t.Fatalf("paged secrets of a: %v", paged)
+	}
+
+	// The template is read-only and cannot be deleted while used.
+	_, err = s.Client(t, tmpl).CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "shop"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), a) {
+		t.Fatalf("writing a used template: want 403 naming its members, got %v", err)
+	}
+	err = s.Dynamic(t, "root").Resource(planesGVR).Delete(ctx, tmpl, metav1.DeleteOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("deleting a used template: want 409 naming its members, got %v", err)
+	}
+}
+
+// TestTemplateBadInput: a template that cannot be used is refused with 422.
+func TestTemplateBadInput(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	name := uniquePlane(t, "badtmpl")
+	for template, want := range map[string]string{
+		"no-such-plane": "does not exist",
+		name:            "its own template",
+		"root":          "root plane cannot be a template",
+	} {
+		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"template": template}}}
+		_, err := s.Dynamic(t, "root").Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("template %q: want 422 saying %q, got %v", template, want, err)
+		}
+	}
+	if code := resetPlane(t, s, "never-created-plane"); code != http.StatusNotFound {
+		t.Errorf("reset of an unknown plane: %d, want 404", code)
+	}
+	// spec.template is fixed at creation.
+	tmpl := uniquePlane(t, "fixed")
+	createPlane(t, s, tmpl, "")
+	plain := uniquePlane(t, "plain")
+	createPlane(t, s, plain, "")
+	patch := []byte(fmt.Sprintf(`{"spec":{"template":%q}}`, tmpl))
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(ctx, plain, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("setting spec.template later: want 422, got %v", err)
+	}
+}
+
+// TestTemplateEquivalence runs the same random operations against a member
+// of a template and against a plane holding the same objects as copies:
+// every answer, the final state and each watch's event sequence agree.
+func TestTemplateEquivalence(t *testing.T) {
+	t.Parallel()
+	s := shared
+	tmpl, member, copied := uniquePlane(t, "eq-tmpl"), uniquePlane(t, "eq-member"), uniquePlane(t, "eq-copy")
+	createPlane(t, s, tmpl, "")
+	seedScenario(t, s.Client(t, tmpl))
+	createPlane(t, s, member, tmpl)
+	createPlane(t, s, copied, "")
+	seedScenario(t, s.Client(t, copied))
+	if d := diffStates(planeState(t, s.Dynamic(t, member)), planeState(t, s.Dynamic(t, copied))); d != "" {
+		t.Fatalf("the member and the copy differ before any operation:\n%s", d)
+	}
+	dm, dc := s.Dynamic(t, member), s.Dynamic(t, copied)
+	wm, wc := startRecording(t, dm), startRecording(t, dc)
+
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	for i := range 240 {
+		op := randomOp(rng)
+		am, ac := op(dm), op(dc)
+		if am != ac {
+			t.Fatalf("seed %d, operation %d: the member answered\n  %s\nthe copy answered\n  %s", seed, i, am, ac)
+		}
+	}
+	if d := diffStates(planeState(t, dm), planeState(t, dc)); d != "" {
+		t.Fatalf("seed %d: final states differ:\n%s", seed, d)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the same watch events in both planes", func(context.Context) error {
+		em, ec := wm.events(), wc.events()
+		if strings.Join(em, "\n") != strings.Join(ec, "\n") {
+			return fmt.Errorf("member %d events, copy %d; first difference: %s", len(em), len(ec), firstDifference(em, ec))
+		}
+		return nil
+	})
+}
+
+func firstDifference(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("#%d member %s, copy %s", i, a[i], b[i])
+		}
+	}
+	return "one is a prefix of the other"
+}
+
+// randomOp returns one operation on the scenario's kinds in namespace shop;
+// its answer is what a client sees, without what differs between planes.
+func randomOp(rng *rand.Rand) func(dynamic.Interface) string {
+	kinds := scenarioKinds[:5]
+	gvr := kinds[rng.Intn(len(kinds))]
+	name := fmt.Sprintf("%s-%d", map[string]string{"configmaps": "cm", "secrets": "s", "serviceaccounts": "sa",
+		"roles": "r", "rolebindings": "rb"}[gvr.Resource], rng.Intn(8))
+	if gvr.Resource == "serviceaccounts" && rng.Intn(2) == 0 {
+		name = "robot"
+	}
+	label := []string{"web", "db", "cache"}[rng.Intn(3)]
+	ctx := context.Background()
+	answer := func(u *unstructured.Unstructured, err error) string {
+		if err != nil {
+			return fmt.Sprintf("error %d", statusCode(err))
+		}
+		return strings.TrimSpace(comparableNoTest(u))
+	}
+	switch rng.Intn(6) {
+	case 0:
+		return func(d dynamic.Interface) string {
+			return "get " + answer(d.Resource(gvr).Namespace("shop").Get(ctx, name, metav1.GetOptions{}))
+		}
+	case 1:
+		return func(d dynamic.Interface) string {
+			obj := newScenarioObject(gvr, name, label)
+			return "create " + answer(d.Resource(gvr).Namespace("shop").Create(ctx, obj, metav1.CreateOptions{}))
+		}
+	case 2:
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"tier":%q,"step":%q}}}`, label, fmt.Sprint(rng.Intn(3))))
+		return func(d dynamic.Interface) string {
+			return "patch " + answer(d.Resource(gvr).Namespace("shop").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}))
+		}
+	case 3:
+		return func(d dynamic.Interface) string {
+			err := d.Resource(gvr).Namespace("shop").Delete(ctx, name, metav1.DeleteOptions{})
+			return fmt.Sprintf("delete %d", statusCode(err))
+		}
+	case 4:
+		return func(d dynamic.Interface) string {
+			obj := newScenarioObject(gvr, name, label)
+			return "apply " + answer(d.Resource(gvr).Namespace("shop").Apply(ctx, name, obj, metav1.ApplyOptions{FieldManager: "eq", Force: true}))
+		}
+	default:
+		selector := "tier=" + label
+		return func(d dynamic.Interface) string {
+			list, err := d.Resource(gvr).Namespace("shop").List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				return fmt.Sprintf("list error %d", statusCode(err))
+			}
+			var names []string
+			for _, item := range list.Items {
+				names = append(names, item.GetName())
+			}
+			return "list " + strings.Join(names, ",")
+		}
+	}
+}
+
+func newScenarioObject(gvr schema.GroupVersionResource, name, label string) *unstructured.Unstructured {
+	kind := map[string]string{"configmaps": "ConfigMap", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
+		"roles": "Role", "rolebindings": "RoleBinding"}[gvr.Resource]
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": "shop", "labels": map[string]any{"tier": label}}}}
+	switch gvr.Resource {
+	case "configmaps":
+		u.Object["data"] = map[string]any{"v": label}
+	case "roles":
+		u.Object["rules"] = []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get"}}}
+	case "rolebindings":
+		u.Object["roleRef"] = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}
+	}
+	return u
+}
+
+// comparableNoTest is comparable for answers: no test to fail on a
+// marshalling error (there is none for a decoded object).
+func comparableNoTest(u *unstructured.Unstructured) string {
+	c := u.DeepCopy()
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"} {
+		unstructured.RemoveNestedField(c.Object, "metadata", f)
+	}
+	annotations := c.GetAnnotations()
+	delete(annotations, "kplane.dev/plane")
+	c.SetAnnotations(annotations)
+	if len(annotations) == 0 {
+		unstructured.RemoveNestedField(c.Object, "metadata", "annotations")
+	}
+	data, _ := c.MarshalJSON()
+	return string(data)
+}
+
+// recording is a watch of every scenario kind in namespace shop, from now.
+type recording struct {
+	ch  chan string
+	got []string
+}
+
+func startRecording(t *testing.T, d dynamic.Interface) *recording {
+	t.Helper()
+	r := &recording{ch: make(chan string, 4096)}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, gvr := range scenarioKinds[:5] {
+		list, err := d.Resource(gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := d.Resource(gvr).Namespace("shop").Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer w.Stop()
+			for ev := range w.ResultChan() {
+				if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type != watch.Bookmark {
+					r.ch <- fmt.Sprintf("%s %s/%s", ev.Type, gvr.Resource, u.GetName())
+				}
+			}
+		}()
+	}
+	return r
+}
+
+// events returns what the watches delivered so far, per resource in order
+// (events of different resources have no order between them).
+func (r *recording) events() []string {
+	for {
+		select {
+		case e := <-r.ch:
+			r.got = append(r.got, e)
+			continue
+		default:
+		}
+		break
+	}
+	byResource := map[string][]string{}
+	for _, e := range r.got {
+		res := strings.SplitN(strings.Fields(e)[1], "/", 2)[0]
+		byResource[res] = append(byResource[res], e)
+	}
+	var out []string
+	for _, gvr := range scenarioKinds[:5] {
+		out = append(out, byResource[gvr.Resource]...)
+	}
+	return out
+}
+
+// TestResetReturnsToTemplate: after random changes a reset gives back the
+// template's exact state, and an informer running across it ends equal to
+// the plane.
+func TestResetReturnsToTemplate(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, member := uniquePlane(t, "rs-tmpl"), uniquePlane(t, "rs-member")
+	createPlane(t, s, tmpl, "")
+	seedScenario(t, s.Client(t, tmpl))
+	want := planeState(t, s.Dynamic(t, tmpl))
+	createPlane(t, s, member, tmpl)
+	c := s.Client(t, member)
+
+	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace("shop"))
+	informer := factory.Core().V1().ConfigMaps().Informer()
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go informer.RunWithContext(ictx)
+	if !cache.WaitForCacheSync(ictx.Done(), informer.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+
+	d := s.Dynamic(t, member)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for range 50 {
+		randomOp(rng)(d)
+	}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "extra"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := resetPlane(t, s, member); code != http.StatusOK {
+		t.Fatalf("reset: HTTP %d", code)
+	}
+	if d := diffStates(want, planeState(t, s.Dynamic(t, member))); d != "" {
+		t.Fatalf("after the reset the member differs from its template:\n%s", d)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the informer's cache equal to the plane", func(ctx context.Context) error {
+		list, err := c.CoreV1().ConfigMaps("shop").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		inPlane := map[string]string{}
+		for _, cm := range list.Items {
+			inPlane[cm.Name] = cm.ResourceVersion
+		}
+		inCache := map[string]string{}
+		for _, obj := range informer.GetStore().List() {
+			cm := obj.(*corev1.ConfigMap)
+			inCache[cm.Name] = cm.ResourceVersion
+		}
+		if fmt.Sprint(inPlane) != fmt.Sprint(inCache) {
+			return fmt.Errorf("plane %v, informer %v", inPlane, inCache)
+		}
+		return nil
+	})
+	// A plane made from nothing resets to the empty bootstrapped plane.
+	plain := uniquePlane(t, "rs-plain")
+	createPlane(t, s, plain, "")
+	empty := planeState(t, s.Dynamic(t, plain))
+	seedScenario(t, s.Client(t, plain))
+	if code := resetPlane(t, s, plain); code != http.StatusOK {
+		t.Fatalf("reset of a plain plane: HTTP %d", code)
+	}
+	if d := diffStates(empty, planeState(t, s.Dynamic(t, plain))); d != "" {
+		t.Fatalf("a plain plane after its reset differs from an empty one:\n%s", d)
+	}
+	// A used template cannot be reset.
+	if code := resetPlane(t, s, tmpl); code != http.StatusForbidden {
+		t.Fatalf("reset of a used template: HTTP %d, want 403", code)
+	}
+}
+
+// TestTemplateMemberSurvivesKill: a member's changes and deletions of
+// inherited objects survive kill -9 and restart, on SQLite and embedded
+// etcd.
+func TestTemplateMemberSurvivesKill(t *testing.T) {
+	t.Parallel()
+	for name, args := range map[string][]string{"sqlite": nil, "etcd": {"--datastore-endpoint", "etcd"}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			memberSurvivesKill(t, framework.StartServer(t, framework.Options{Args: args}))
+		})
+	}
+}
+
+func memberSurvivesKill(t *testing.T, s *framework.Server) {
+	ctx := context.Background()
+	createPlane(t, s, "tmpl", "")
+	seedScenario(t, s.Client(t, "tmpl"))
+	createPlane(t, s, "member", "tmpl")
+	c := s.Client(t, "member")
+	cm, err := c.CoreV1().ConfigMaps("shop").Get(ctx, "cm-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["v"] = "kept"
+	if _, err := c.CoreV1().ConfigMaps("shop").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Secrets("shop").Delete(ctx, "s-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := planeState(t, s.Dynamic(t, "member"))
+	s.Kill()
+	s.Restart(t)
+	after := planeState(t, s.Dynamic(t, "member"))
+	if d := diffStates(before, after); d != "" {
+		t.Fatalf("the member changed across kill -9:\n%s", d)
+	}
+}
+
+// TestTemplateCRDsServeMembers: a member serves the custom resources of the
+// CRDs it inherits, with its own changes on top.
+func TestTemplateCRDsServeMembers(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	crdYAML, err := os.ReadFile("testdata/rayservices-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, member := uniquePlane(t, "crd-tmpl"), uniquePlane(t, "crd-member")
+	createPlane(t, s, tmpl, "")
+	s.MustKubectl(t, tmpl, string(crdYAML), "apply", "-f", "-")
+	waitEstablished(t, s, tmpl, "rayservices.ray.example.com")
+	for _, name := range []string{"one", "two", "three"} {
+		if _, err := s.Dynamic(t, tmpl).Resource(rayGVR).Namespace("default").Create(ctx, rayService(name, "https://m.example.com/"+name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPlane(t, s, member, tmpl)
+	dm := s.Dynamic(t, member).Resource(rayGVR).Namespace("default")
+	list, err := dm.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 3 {
+		t.Fatalf("the member's inherited custom resources: %d, %v", len(list.Items), err)
+	}
+	if err := dm.Delete(ctx, "two", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting an inherited custom resource: %v", err)
+	}
+	if _, err := dm.Create(ctx, rayService("four", "https://m.example.com/four"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a custom resource in the member: %v", err)
+	}
+	patch := []byte(`{"spec":{"dag":{"source":"https://m.example.com/changed"}}}`)
+	if _, err := dm.Patch(ctx, "one", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching an inherited custom resource: %v", err)
+	}
+	names := func(d dynamic.ResourceInterface) string {
+		l, err := d.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, item := range l.Items {
+			out = append(out, item.GetName())
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(dm); got != "four,one,three" {
+		t.Fatalf("member's custom resources: %s", got)
+	}
+	if got := names(s.Dynamic(t, tmpl).Resource(rayGVR).Namespace("default")); got != "one,three,two" {
+		t.Fatalf("the template's custom resources changed: %s", got)
+	}
+	if code := resetPlane(t, s, member); code != http.StatusOK {
+		t.Fatalf("reset: HTTP %d", code)
+	}
+	if got := names(dm); got != "one,three,two" {
+		t.Fatalf("member's custom resources after reset: %s", got)
+	}
+}
