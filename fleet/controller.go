@@ -74,7 +74,7 @@ type Controller struct {
 }
 
 // member is one plane of one Fleet.
-type member struct{ fleet, plane string }
+type member struct{ fleet, plane, template string }
 
 // fleetState is the controller's memory of one Fleet.
 type fleetState struct {

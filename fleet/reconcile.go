@@ -174,7 +174,7 @@ func (c *Controller) create(f *Fleet, s *fleetState, names []string, toCreate []
 	}
 	for _, i := range toCreate {
 		s.provisioning[names[i]] = struct{}{}
-		c.provisions.Add(member{fleet: f.Name, plane: names[i]})
+		c.provisions.Add(member{fleet: f.Name, plane: names[i], template: f.Spec.Template})
 	}
 	return 0
 }
@@ -201,7 +201,7 @@ func (c *Controller) provision(ctx context.Context, m member) {
 	skip := s == nil || time.Now().Before(s.retryAt) || !c.wants(m.fleet, m.plane)
 	c.mu.Unlock()
 	if !skip {
-		err := c.createPlane(ctx, m.fleet, m.plane)
+		err := c.createPlane(ctx, m)
 		if err == nil {
 			c.bootstrap(ctx, m.plane)
 		}
@@ -265,9 +265,11 @@ func isCallerError(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
 
-func (c *Controller) createPlane(ctx context.Context, fleet, name string) error {
+func (c *Controller) createPlane(ctx context.Context, m member) error {
+	name := m.plane
 	plane := lifecycle.NewPlane(name)
-	plane.Labels = map[string]string{Label: fleet}
+	plane.Labels = map[string]string{Label: m.fleet}
+	plane.Spec.Template = m.template
 	_, err := c.planes.Create(ctx, plane.Unstructured(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// Created by an earlier reconcile the informer has not shown yet,

@@ -55,6 +55,8 @@ type Spec struct {
 	Names                []string       `json:"names,omitempty"`
 	DeletionPolicy       DeletionPolicy `json:"deletionPolicy,omitempty"`
 	TTLSecondsAfterReady *int64         `json:"ttlSecondsAfterReady,omitempty"`
+	// Template is the plane every member starts as (Plane.spec.template).
+	Template string `json:"template,omitempty"`
 }
 
 // Status is what the controller reports.

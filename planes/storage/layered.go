@@ -379,17 +379,30 @@ func (s *Store) updateOwn(ctx context.Context, plane, scoped string, destination
 				}
 				return out, ttl, markWrite(out, plane, LayerRecreated)
 			}
+			state := layerState(input)
 			if err := served(input, plane); err != nil {
 				return nil, nil, err
 			}
 			if err := preconditions.Check(scoped, input); err != nil {
 				return nil, nil, err
 			}
+			var before runtime.Object
+			if state == LayerRecreated {
+				before = input.DeepCopyObject()
+			}
 			out, ttl, err := tryUpdate(input, res)
 			if err != nil {
 				return nil, nil, err
 			}
-			return out, ttl, markWrite(out, plane, "")
+			if err := markWrite(out, plane, ""); err != nil {
+				return nil, nil, err
+			}
+			if before != nil && equality.Semantic.DeepEqual(before, out) {
+				// Nothing changed: the record stays as it is (mark
+				// included), so nothing is written, as for a copy.
+				return out, ttl, setLayerState(out, LayerRecreated)
+			}
+			return out, ttl, nil
 		}, nil)
 	if storage.IsNotFound(err) && !tombstoned {
 		// The record went away meanwhile: decide again.

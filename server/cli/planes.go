@@ -14,21 +14,27 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 )
 
-// PlanesCommand is `kplane planes list|create|delete`.
+// PlanesCommand is `kplane planes list|create|delete|reset`.
 func PlanesCommand() *cli.Command {
 	wait := &cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long to wait for the plane"}
 	return &cli.Command{
 		Name:  "planes",
-		Usage: "list, create and delete planes",
+		Usage: "list, create, reset and delete planes",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "list every plane", Flags: adminFlags(), Action: listPlanes},
 			{Name: "create", Usage: "create plane <id> and wait until it is ready", ArgsUsage: "<id>",
-				Flags: append(adminFlags(), wait), Action: createPlane},
+				Flags: append(adminFlags(), wait, &cli.StringFlag{Name: "template",
+					Usage: "start as this plane's state, storing only what changes (the template is read-only while used)"}),
+				Action: createPlane},
+			{Name: "reset", Usage: "return plane <id> to its template's state (or to an empty plane)", ArgsUsage: "<id>",
+				Flags: adminFlags(), Action: resetPlane},
 			{Name: "delete", Usage: "delete plane <id> and everything in it, and wait until it is gone", ArgsUsage: "<id>",
 				Flags: append(adminFlags(), wait), Action: deletePlane},
 		},
@@ -88,7 +94,9 @@ func createPlane(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := client.Create(c.Context, lifecycle.NewPlane(id).Unstructured(), metav1.CreateOptions{}); err != nil {
+	p := lifecycle.NewPlane(id)
+	p.Spec.Template = c.String("template")
+	if _, err := client.Create(c.Context, p.Unstructured(), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(c.Context, 50*time.Millisecond, c.Duration("timeout"), true, func(ctx context.Context) (bool, error) {
@@ -127,4 +135,36 @@ func deletePlane(c *cli.Context) error {
 	}
 	fmt.Printf("plane/%s deleted\n", id)
 	return nil
+}
+
+func resetPlane(c *cli.Context) error {
+	id, err := planeArg(c)
+	if err != nil {
+		return err
+	}
+	a, err := loadAdmin(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := a.config(id)
+	if err != nil {
+		return err
+	}
+	client, err := rest.UnversionedRESTClientFor(withNegotiation(cfg))
+	if err != nil {
+		return err
+	}
+	if err := client.Post().AbsPath(lifecycle.ResetPath).Do(c.Context).Error(); err != nil {
+		return fmt.Errorf("resetting plane %s: %w", id, err)
+	}
+	fmt.Printf("plane/%s reset\n", id)
+	return nil
+}
+
+// withNegotiation gives cfg what an unversioned REST client needs to
+// decode a Status.
+func withNegotiation(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return cfg
 }

@@ -52,17 +52,25 @@ func createPlane(t *testing.T, s *framework.Server, name, template string) {
 // resetPlane POSTs /reset to plane and returns the HTTP status.
 func resetPlane(t *testing.T, s *framework.Server, plane string) int {
 	t.Helper()
+	code, err := postReset(s, plane)
+	if err != nil {
+		t.Fatalf("reset %s: %v", plane, err)
+	}
+	return code
+}
+
+func postReset(s *framework.Server, plane string) (int, error) {
 	req, err := http.NewRequest(http.MethodPost, s.PlaneURL(plane)+"/reset", nil)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
 	resp, err := s.HTTPClient().Do(req)
 	if err != nil {
-		t.Fatalf("reset %s: %v", plane, err)
+		return 0, err
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // seedScenario writes a small scenario into plane: a namespace with
@@ -322,7 +330,8 @@ func TestTemplateEquivalence(t *testing.T) {
 func firstDifference(a, b []string) string {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
-			return fmt.Sprintf("#%d member %s, copy %s", i, a[i], b[i])
+			from, to := max(0, i-3), min(len(a), len(b), i+4)
+			return fmt.Sprintf("#%d member %s, copy %s\nmember %v\ncopy   %v", i, a[i], b[i], a[from:to], b[from:to])
 		}
 	}
 	return "one is a prefix of the other"
@@ -645,5 +654,79 @@ func TestTemplateCRDsServeMembers(t *testing.T) {
 	}
 	if got := names(dm); got != "one,three,two" {
 		t.Fatalf("member's custom resources after reset: %s", got)
+	}
+}
+
+// TestFleetFromTemplate: every member of a Fleet with spec.template starts
+// as the template's state, and the template is read-only while they exist.
+func TestFleetFromTemplate(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, fleetName := uniquePlane(t, "fleet-tmpl"), uniquePlane(t, "tfleet")
+	createPlane(t, s, tmpl, "")
+	seedScenario(t, s.Client(t, tmpl))
+	s.MustKubectl(t, "root", fmt.Sprintf("apiVersion: kplane.dev/v1\nkind: Fleet\nmetadata:\n  name: %s\nspec:\n  replicas: 8\n  template: %s\n  deletionPolicy: Delete\n",
+		fleetName, tmpl), "apply", "-f", "-")
+	s.MustKubectl(t, "root", "", "wait", "fleet/"+fleetName, "--for=condition=Ready", "--timeout=60s")
+	want := planeState(t, s.Dynamic(t, tmpl))
+	for i := range 8 {
+		member := fmt.Sprintf("%s-%04d", fleetName, i)
+		if d := diffStates(want, planeState(t, s.Dynamic(t, member))); d != "" {
+			t.Fatalf("fleet member %s differs from the template:\n%s", member, d)
+		}
+	}
+	err := s.Client(t, tmpl).CoreV1().ConfigMaps("shop").Delete(ctx, "cm-0", metav1.DeleteOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("deleting from a Fleet's template: want 403, got %v", err)
+	}
+}
+
+// TestResetSurvivesKill: a server killed while a reset runs finishes it
+// when it starts again: the plane is never left half reset.
+func TestResetSurvivesKill(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{})
+	ctx := context.Background()
+	createPlane(t, s, "tmpl", "")
+	seedScenario(t, s.Client(t, "tmpl"))
+	want := planeState(t, s.Dynamic(t, "tmpl"))
+	createPlane(t, s, "member", "tmpl")
+	d := s.Dynamic(t, "member")
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for range 50 {
+		randomOp(rng)(d)
+	}
+	changed := planeState(t, d)
+	// Kill the server as soon as the reset is marked on the Plane.
+	w, err := s.Dynamic(t, "root").Resource(planesGVR).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=member"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go postReset(s, "member") //nolint:errcheck // the server is killed under it
+	for ev := range w.ResultChan() {
+		if u, ok := ev.Object.(*unstructured.Unstructured); ok && u.GetAnnotations()["kplane.dev/resetting"] != "" {
+			s.Kill()
+			break
+		}
+	}
+	w.Stop()
+	s.Restart(t)
+	framework.Eventually(t, framework.DefaultTimeout, "the interrupted reset finished", func(ctx context.Context) error {
+		p, err := s.Dynamic(t, "root").Resource(planesGVR).Get(ctx, "member", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.GetAnnotations()["kplane.dev/resetting"] != "" {
+			return fmt.Errorf("still marked")
+		}
+		return nil
+	})
+	got := planeState(t, s.Dynamic(t, "member"))
+	if diffStates(want, got) != "" && diffStates(changed, got) != "" {
+		t.Fatalf("after kill -9 in a reset the member is neither reset nor untouched:\n%s", diffStates(want, got))
+	}
+	if d := diffStates(want, got); d != "" {
+		t.Fatalf("the reset was marked before the kill, so it must be finished:\n%s", d)
 	}
 }

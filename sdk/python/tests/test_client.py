@@ -141,6 +141,32 @@ class ContractTest(ServerTestCase):
         self.assertIsNot(spec, kplane.openapi.load_spec())
 
 
+class TemplatesTest(ServerTestCase):
+    def test_template_member_and_reset(self) -> None:
+        template = self.client.create_plane(unique("tmpl"))
+        template.wait_until_ready(timeout=30)
+        create_configmap(template, "scenario")
+        member = self.client.create_plane(unique("member"), template=template.name)
+        member.wait_until_ready(timeout=30)
+        cms = lambda p: sorted(  # noqa: E731
+            i["metadata"]["name"] for i in p.client.request("GET", p.path("/api/v1/namespaces/default/configmaps"))["items"]
+        )
+        self.assertIn("scenario", cms(member))
+        create_configmap(member, "episode")
+        self.client.request("DELETE", member.path("/api/v1/namespaces/default/configmaps/scenario"))
+        self.assertEqual(cms(template), ["kube-root-ca.crt", "scenario"])
+        with self.assertRaises(kplane.ForbiddenError):
+            create_configmap(template, "late")
+        member.reset()
+        self.assertEqual(cms(member), ["kube-root-ca.crt", "scenario"])
+        with self.assertRaises(kplane.ForbiddenError):
+            template.reset()
+        with self.assertRaises(kplane.InvalidError):
+            self.client.create_plane(unique("orphan"), template="no-such-plane")
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.plane("never-made").reset()
+
+
 class PlanesTest(ServerTestCase):
     def test_create_list_delete(self) -> None:
         name = unique("crud")

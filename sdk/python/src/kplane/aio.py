@@ -63,6 +63,10 @@ class AsyncClient:
     def url(self) -> str:
         return self.sync.url
 
+    async def reset(self) -> None:
+        """See :meth:`kplane.Plane.reset`."""
+        await self.client._run(self.sync.reset)
+
     @property
     def default_plane(self) -> str | None:
         return self.sync.default_plane
@@ -104,8 +108,11 @@ class AsyncClient:
         """A handle on plane ``name``; no request is made."""
         return AsyncPlane(self, Plane(self.sync, name))
 
-    async def create_plane(self, id: str, labels: Mapping[str, str] | None = None) -> "AsyncPlane":
-        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels))
+    async def create_plane(
+        self, id: str, labels: Mapping[str, str] | None = None, template: str | None = None
+    ) -> "AsyncPlane":
+        """See :meth:`kplane.Client.create_plane`."""
+        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels, template))
 
     async def get_plane(self, id: str) -> PlaneInfo:
         return await self._run(self.sync.get_plane, id)

@@ -163,15 +163,25 @@ class Client:
         being on its first authorized request (or with :meth:`create_plane`)."""
         return Plane(self, name)
 
-    def create_plane(self, id: str, labels: Mapping[str, str] | None = None) -> "Plane":
+    def create_plane(
+        self, id: str, labels: Mapping[str, str] | None = None, template: str | None = None
+    ) -> "Plane":
         """Create the Plane ``id`` and return its handle; the server
         provisions it in the background (see :meth:`Plane.wait_until_ready`).
-        An existing Plane raises :class:`kplane.ConflictError`."""
+        With ``template``, the plane starts as that plane's state and stores
+        only what it changes (the template is read-only while used; see
+        :meth:`Plane.reset`). An existing Plane raises
+        :class:`kplane.ConflictError`; an unusable template
+        :class:`kplane.InvalidError`."""
         _check_plane_id(id)
         meta: dict[str, Any] = {"name": id}
         if labels:
             meta["labels"] = dict(labels)
-        self.request("POST", _PLANES, body={"apiVersion": _GROUP_VERSION, "kind": "Plane", "metadata": meta, "spec": {}})
+        spec: dict[str, Any] = {}
+        if template:
+            _check_plane_id(template)
+            spec["template"] = template
+        self.request("POST", _PLANES, body={"apiVersion": _GROUP_VERSION, "kind": "Plane", "metadata": meta, "spec": spec})
         return Plane(self, id)
 
     def get_plane(self, id: str) -> PlaneInfo:
@@ -328,6 +338,13 @@ class Plane:
     def path(self, rest: str) -> str:
         """``rest`` (``/api/v1/...``) as a path of this plane on the server."""
         return self._prefix + rest
+
+    def reset(self) -> None:
+        """Return the plane to where it started: its template's state, or
+        the empty bootstrapped plane. Returns once the plane serves it;
+        requests made meanwhile wait, open watches end. A template other
+        planes are made from raises :class:`kplane.ForbiddenError`."""
+        self.client.request("POST", self.path("/reset"))
 
     def state(
         self,
