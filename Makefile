@@ -19,13 +19,12 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e test-sdk test-go-sdk envtest-assets sdk-spec bench bench-quick vet clean release conformance
+.PHONY: all build run test test-unit test-e2e test-sdk test-go-sdk envtest-assets sdk-spec bench bench-quick vet clean release conformance image
 
 all: build
 
 ## build: bin/kplane, one static binary
-build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kplane .
+build: bin/kplane
 
 ## run: build and run a server with its data in ./.data
 run: build
@@ -73,14 +72,41 @@ test-e2e: build
 conformance: build
 	KPLANE_BINARY=$(CURDIR)/bin/kplane GO=$(GO) scripts/conformance.sh
 
-## release: static binaries for every released platform, sha256 sums and the systemd unit in dist/
+# The container image (Containerfile), tagged with the version; podman or
+# docker, whichever is installed (CONTAINER_RUNTIME=docker chooses).
+IMAGE       ?= kplane
+IMAGE_TAG   ?= $(subst +,-,$(VERSION))
+HOST_GOOS   := $(shell $(GO) env GOOS)
+HOST_GOARCH := $(shell $(GO) env GOARCH)
+# The binary the image holds: bin/kplane on Linux, a Linux build elsewhere.
+IMAGE_BINARY ?= $(if $(filter linux,$(HOST_GOOS)),bin/kplane,bin/kplane-linux-$(HOST_GOARCH))
+
+## image: the container image kplane:<version> for this machine's architecture
+image: $(IMAGE_BINARY)
+	scripts/image.sh build $(IMAGE):$(IMAGE_TAG) $(HOST_GOARCH) $(IMAGE_BINARY)
+
+bin/kplane-linux-%: FORCE
+	GOOS=linux GOARCH=$* $(GO) build -ldflags '$(LDFLAGS)' -o $@ .
+
+bin/kplane: FORCE
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kplane .
+
+FORCE:
+
+## release: static binaries for every released platform, the container image for
+## linux/amd64 and linux/arm64 (archives), sha256 sums and the systemd unit in dist/
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+IMAGE_PLATFORMS   ?= linux/amd64 linux/arm64
 release:
 	rm -rf dist && mkdir -p dist
 	set -e; for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
 		echo "building kplane-$$os-$$arch"; \
 		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/kplane-$$os-$$arch . ; \
+	done
+	set -e; for p in $(IMAGE_PLATFORMS); do \
+		arch=$${p#*/}; \
+		scripts/image.sh save $(IMAGE):$(IMAGE_TAG)-$$arch $$arch dist/kplane-linux-$$arch dist/kplane-image-linux-$$arch.tar; \
 	done
 	cp install.sh scripts/kplane.service dist/
 	cd dist && sha256sum kplane-* install.sh kplane.service > sha256sums.txt

@@ -55,7 +55,7 @@ func serverCommand() *cli.Command {
 				Usage: "extra host name or IP for the serving certificate (repeatable)"},
 			&cli.StringFlag{Name: "token-file", Destination: &o.TokenFile, EnvVars: []string{"KPLANE_TOKEN_FILE"},
 				Usage: "static token file (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, generated with an admin token on first start"},
-			&cli.StringFlag{Name: "admin-token", Destination: &o.AdminToken, EnvVars: []string{"KPLANE_ADMIN_TOKEN"},
+			&cli.StringFlag{Name: "admin-token", Destination: &o.AdminToken, EnvVars: []string{"KPLANE_ADMIN_TOKEN", "KPLANE_TOKEN"},
 				Usage: "admin token of a new token file instead of a generated one (at least 32 characters; e.g. a CI secret)"},
 			&cli.StringFlag{Name: "datastore-endpoint", Destination: &o.DatastoreEndpoint, EnvVars: []string{"KPLANE_DATASTORE_ENDPOINT"},
 				Usage: "\"\" (SQLite in the data dir), \"etcd\" (embedded), http(s)://host:2379[,…] (external etcd), postgres://…, mysql://…"},

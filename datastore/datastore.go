@@ -183,7 +183,11 @@ func startKine(ctx context.Context, cfg Config, kind Kind, endpoint, description
 		k.Wait()
 		close(done)
 	}()
-	return &Datastore{Kind: kind, Description: description, Endpoints: k.Endpoints, stop: cancel, done: done}, nil
+	stop := func() {
+		k.StopServing()
+		cancel()
+	}
+	return &Datastore{Kind: kind, Description: description, Endpoints: k.Endpoints, stop: stop, done: done}, nil
 }
 
 // preflightTCP fails fast when a SQL server cannot be reached at all; kine

@@ -102,6 +102,9 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return CompletedConfig{}, fmt.Errorf("creating data dir: %w", err)
 	}
+	if err := checkWritable(c.DataDir); err != nil {
+		return CompletedConfig{}, err
+	}
 	lock, err := lockDataDir(c.DataDir)
 	if err != nil {
 		return CompletedConfig{}, err

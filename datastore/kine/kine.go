@@ -6,6 +6,7 @@ package kine
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +17,9 @@ import (
 	"github.com/k3s-io/kine/pkg/endpoint"
 	"github.com/k3s-io/kine/pkg/tls"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Config configures one kine instance.
@@ -36,7 +40,17 @@ type Kine struct {
 	// Endpoints is the etcd API to connect to.
 	Endpoints []string
 	wg        *sync.WaitGroup
+	grpc      *grpc.Server
 }
+
+// StopServing closes every connection to kine at once, without kine's
+// graceful stop (which waits up to 2 s for open calls). kplane stops the
+// datastore only after the apiserver has drained its requests and exited,
+// so every acknowledged write is committed; what is still open then are
+// watch streams of etcd clients that are being closed themselves, and
+// waiting for them only delays the exit of an idle server. Cancel the
+// context given to Listen afterwards to close the database.
+func (k *Kine) StopServing() { k.grpc.Stop() }
 
 // Wait blocks until kine has stopped (after its context is done) and its
 // database is closed.
@@ -73,7 +87,9 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		listener = "tcp://127.0.0.1:0"
 	}
 	wg := &sync.WaitGroup{}
+	server := grpcServer()
 	config := endpoint.Config{
+		GRPCServer:           server,
 		Listener:             listener,
 		Endpoint:             cfg.Endpoint,
 		WaitGroup:            wg,
@@ -115,13 +131,33 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		if r.err != nil {
 			return nil, r.err
 		}
-		return &Kine{Endpoints: r.etcd.Endpoints, wg: wg}, nil
+		return &Kine{Endpoints: r.etcd.Endpoints, wg: wg, grpc: server}, nil
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("not ready after %s", timeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
+
+// grpcServer is the gRPC server kine serves the etcd API on, with the
+// limits of an etcd server (keepalive, streams, request size), kplane's own
+// so that it can stop it (StopServing). kine serves on a unix socket or
+// loopback without TLS.
+func grpcServer() *grpc.Server {
+	return grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: embed.DefaultGRPCKeepAliveMinTime}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: embed.DefaultGRPCKeepAliveInterval, Timeout: embed.DefaultGRPCKeepAliveTimeout,
+		}),
+		grpc.MaxConcurrentStreams(embed.DefaultMaxConcurrentStreams),
+		// A request as large as etcd accepts, plus room for gRPC's framing.
+		grpc.MaxRecvMsgSize(int(embed.DefaultMaxRequestBytes)+grpcFramingBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+	)
+}
+
+// grpcFramingBytes is headroom over etcd's request limit for gRPC framing.
+const grpcFramingBytes = 512 << 10
 
 func sqlitePath(dsn string) (string, bool) {
 	const prefix = "sqlite://"

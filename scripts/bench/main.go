@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, gotest, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, gotest, container, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -68,6 +68,7 @@ func main() {
 	gotestExample := flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	gotestPlanes := flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
+	containerPlanes := flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -121,6 +122,8 @@ func main() {
 		case "gotest":
 			res, err = gotestScenario(bin, gotestParams{Example: *gotestExample, Planes: *gotestPlanes, Parallel: *gotestParallel,
 				Baseline: baselineParams{KubeAPIServer: side.KubeAPIServer, Etcd: side.Etcd, CacheDir: side.CacheDir, Build: true}})
+		case "container":
+			res, err = containerScenario(bin, containerParams{Planes: *containerPlanes})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

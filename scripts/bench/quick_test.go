@@ -48,7 +48,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("streams: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams)
+	container, err := containerScenario(binary, containerParams{Planes: 3})
+	if err != nil {
+		t.Fatalf("container: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -64,7 +68,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {

@@ -23,7 +23,7 @@ func adminFlags() []cli.Flag {
 		&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KPLANE_KUBECONFIG"},
 			Usage: "admin kubeconfig (default <data-dir>/admin.kubeconfig)"},
 		&cli.StringFlag{Name: "server", EnvVars: []string{"KPLANE_SERVER"},
-			Usage: "URL of a server whose data dir is elsewhere (https://host:6443); with --token, instead of a kubeconfig"},
+			Usage: "URL of a server whose data dir is elsewhere (https://host:6443); with --token, instead of a kubeconfig. kplane kubeconfig without --token: the URL written into the kubeconfig (the credential comes from the local admin kubeconfig)"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"KPLANE_TOKEN"},
 			Usage: "the server's admin token (its --admin-token); the CA is fetched from --server and checked against it"},
 	}
@@ -33,6 +33,9 @@ func adminFlags() []cli.Flag {
 type admin struct {
 	raw    *clientcmdapi.Config
 	server string
+	// public is the server URL written into kubeconfigs, when clients
+	// reach the server by another name than this process (default server).
+	public string
 }
 
 func loadAdmin(c *cli.Context) (*admin, error) {
@@ -43,6 +46,33 @@ func loadAdmin(c *cli.Context) (*admin, error) {
 		}
 		return remoteAdmin(c.Context, url, token)
 	}
+	return localAdmin(c)
+}
+
+// loadKubeconfigAdmin is loadAdmin, except that --server without --token
+// keeps the local admin kubeconfig and only sets the URL the kubeconfig
+// written names: run inside a container (`podman exec kplane kplane
+// kubeconfig <id> --server https://kplane:6443`), the token is minted over
+// the local address and the kubeconfig points where clients reach it.
+func loadKubeconfigAdmin(c *cli.Context) (*admin, error) {
+	url := c.String("server")
+	if url == "" || c.String("token") != "" {
+		return loadAdmin(c)
+	}
+	public, err := parseServerURL(url)
+	if err != nil {
+		return nil, err
+	}
+	a, err := localAdmin(c)
+	if err != nil {
+		return nil, fmt.Errorf("--server without --token (KPLANE_TOKEN) uses the local admin kubeconfig: %w", err)
+	}
+	a.public = public
+	return a, nil
+}
+
+// localAdmin reads the admin kubeconfig of --kubeconfig or --data-dir.
+func localAdmin(c *cli.Context) (*admin, error) {
 	path := c.String("kubeconfig")
 	if path == "" {
 		path = filepath.Join(c.String("data-dir"), "admin.kubeconfig")
@@ -75,7 +105,11 @@ func (a *admin) config(plane string) (*rest.Config, error) {
 // kubeconfig returns a kubeconfig for plane with the given credential.
 func (a *admin) kubeconfig(plane, token string) *clientcmdapi.Config {
 	cluster := a.raw.Clusters[a.raw.Contexts[a.raw.CurrentContext].Cluster]
-	return credentials.Kubeconfig("kplane-"+plane, a.server+planes.Path(plane), cluster.CertificateAuthorityData, token)
+	server := a.server
+	if a.public != "" {
+		server = a.public
+	}
+	return credentials.Kubeconfig("kplane-"+plane, server+planes.Path(plane), cluster.CertificateAuthorityData, token)
 }
 
 func (a *admin) adminToken() string {

@@ -40,7 +40,7 @@ func KubeconfigCommand() *cli.Command {
 			if err := planes.ValidateID(plane); err != nil {
 				return err
 			}
-			a, err := loadAdmin(c)
+			a, err := loadKubeconfigAdmin(c)
 			if err != nil {
 				return err
 			}

@@ -26,11 +26,10 @@ const serverStartTimeout = 2 * time.Minute
 // with the token: the token itself is sent only once the CA is trusted.
 // It waits for the server to listen and be ready.
 func remoteAdmin(ctx context.Context, serverURL, token string) (*admin, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("--server %q: want https://host:port", serverURL)
+	server, err := parseServerURL(serverURL)
+	if err != nil {
+		return nil, err
 	}
-	server := "https://" + u.Host
 	token = strings.TrimSpace(token)
 	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
 	defer cancel()
@@ -54,6 +53,15 @@ func remoteAdmin(ctx context.Context, serverURL, token string) (*admin, error) {
 		return nil, err
 	}
 	return &admin{raw: credentials.Kubeconfig("kplane", server, caPEM, token), server: server}, nil
+}
+
+// parseServerURL checks a --server URL and returns it as https://host:port.
+func parseServerURL(serverURL string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return "", fmt.Errorf("--server %q: want https://host:port", serverURL)
+	}
+	return "https://" + u.Host, nil
 }
 
 // unreachableError: the server does not answer (yet).

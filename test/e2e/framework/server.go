@@ -48,6 +48,8 @@ type Server struct {
 	logFile *os.File
 	ca      []byte
 	token   string
+	// lastExit is the exit status of the process Stop or Kill ended.
+	lastExit int
 }
 
 // Options configure StartServer.
@@ -328,15 +330,22 @@ func (s *Server) signal(sig syscall.Signal, wait time.Duration) {
 		s.logFile.Close()
 		s.logFile = nil
 	}
+	if cmd.ProcessState != nil {
+		s.lastExit = cmd.ProcessState.ExitCode()
+	}
 	s.cmd = nil
 	s.mu.Unlock()
 }
 
-// ExitCode is the exit status of a stopped server (-1 if running).
+// ExitCode is the exit status of a server that exited or was stopped (-1
+// while it runs).
 func (s *Server) ExitCode() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.ProcessState == nil {
+	if s.cmd == nil {
+		return s.lastExit
+	}
+	if s.cmd.ProcessState == nil {
 		return -1
 	}
 	return s.cmd.ProcessState.ExitCode()
