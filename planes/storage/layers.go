@@ -49,6 +49,10 @@ type Layers interface {
 func (r *Registry) SetLayers(l Layers) { r.layers.Store(&l) }
 
 func (r *Registry) layerSource() Layers {
+	if r == nil {
+		// A Store made outside a registry: planes made from nothing only.
+		return nil
+	}
 	l := r.layers.Load()
 	if l == nil {
 		return nil
