@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+type scenariosParams struct {
+	// Objects in the template (over five kinds).
+	Objects int
+	// Members of the Fleet made from the template.
+	Members int
+	// CopyMembers are made the copying way (a plain plane, then every
+	// object applied), fewer: each costs Objects writes.
+	CopyMembers int
+	// Changes a member makes before each of Resets resets.
+	Changes, Resets int
+}
+
+// scenariosScenario measures planes as layers side by side with the
+// copying path, on one server: a template of Objects objects; a Fleet of
+// Members members of it (apply to ready, datastore revisions written per
+// member, marginal RSS per member) against CopyMembers planes that get
+// the same objects applied; and Resets resets of a member after Changes
+// changes, against delete + create + re-apply of a copied plane.
+func scenariosScenario(binary string, p scenariosParams) (Result, error) {
+	s, err := startServer(binary)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	root, err := dynamic.NewForConfig(s.config("root"))
+	if err != nil {
+		return Result{}, err
+	}
+	figures := map[string]float64{}
+	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
+		return Result{}, err
+	}
+	tc, err := s.client("scenario")
+	if err != nil {
+		return Result{}, err
+	}
+	if err := fillScenario(ctx, tc, p.Objects); err != nil {
+		return Result{}, fmt.Errorf("filling the template: %w", err)
+	}
+	if err := layeredMembers(ctx, s, root, p, figures); err != nil {
+		return Result{}, err
+	}
+	if err := copiedMembers(ctx, s, root, p, figures); err != nil {
+		return Result{}, err
+	}
+	if err := resets(ctx, s, root, p, figures); err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Scenario: "scenarios",
+		Params: map[string]any{"objects": p.Objects, "members": p.Members, "copy_members": p.CopyMembers,
+			"changes": p.Changes, "resets": p.Resets, "datastore": "sqlite"},
+		Figures: figures,
+		Notes: []string{
+			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
+			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
+			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects.",
+			"The template holds ConfigMaps, Secrets, ServiceAccounts, Roles and RoleBindings in one namespace (no custom resources yet).",
+		},
+	}, nil
+}
+
+// createBenchPlane creates a Plane (from template when set) and waits
+// until its readyz answers.
+func createBenchPlane(ctx context.Context, s *server, root dynamic.Interface, name, template string) error {
+	spec := map[string]any{}
+	if template != "" {
+		spec["template"] = template
+	}
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+	if _, err := root.Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	c, err := s.client(name)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, func() (bool, error) {
+		_, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil, nil
+	})
+}
+
+// fillScenario writes objects objects into namespace shop of c.
+func fillScenario(ctx context.Context, c kubernetes.Interface, objects int) error {
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for i := 0; i < objects-1; i++ {
+		meta := metav1.ObjectMeta{Name: fmt.Sprintf("o-%d", i), Namespace: "shop", Labels: map[string]string{"i": strconv.Itoa(i % 7)}}
+		var err error
+		switch i % 5 {
+		case 0, 1:
+			_, err = c.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"v": fmt.Sprintf("%0200d", i)}}, metav1.CreateOptions{})
+		case 2:
+			_, err = c.CoreV1().Secrets("shop").Create(ctx, &corev1.Secret{ObjectMeta: meta, StringData: map[string]string{"k": fmt.Sprintf("%0100d", i)}}, metav1.CreateOptions{})
+		case 3:
+			_, err = c.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
+		default:
+			_, err = c.RbacV1().Roles("shop").Create(ctx, &rbacv1.Role{ObjectMeta: meta,
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revision is the datastore's newest revision, as a list of Planes in
+// root reports it.
+func revision(ctx context.Context, root dynamic.Interface) (float64, error) {
+	list, err := root.Resource(planesGVR).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(list.GetResourceVersion(), 64)
+}
+
+func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p scenariosParams, figures map[string]float64) error {
+	m0, err := measure(s)
+	if err != nil {
+		return err
+	}
+	r0, err := revision(ctx, root)
+	if err != nil {
+		return err
+	}
+	fleet := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Fleet",
+		"metadata": map[string]any{"name": "episodes"},
+		"spec":     map[string]any{"replicas": int64(p.Members), "template": "scenario", "namePrefix": "ep-"}}}
+	began := time.Now()
+	if _, err := root.Resource(fleetsGVR).Create(ctx, fleet, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, func() (bool, error) {
+		f, err := root.Resource(fleetsGVR).Get(ctx, "episodes", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		n, _, _ := unstructured.NestedInt64(f.Object, "status", "readyReplicas")
+		return n >= int64(p.Members), nil
+	}); err != nil {
+		return fmt.Errorf("fleet of template members: %w", err)
+	}
+	figures["layered_fleet_ready_seconds"] = time.Since(began).Seconds()
+	r1, err := revision(ctx, root)
+	if err != nil {
+		return err
+	}
+	figures["layered_revisions_per_member"] = (r1 - r0) / float64(p.Members)
+	m1, err := measure(s)
+	if err != nil {
+		return err
+	}
+	figures["layered_marginal_rss_kib_per_member"] = (m1.rss - m0.rss) / 1024 / float64(p.Members)
+	figures["layered_marginal_heap_kib_per_member"] = (m1.liveHeap - m0.liveHeap) / 1024 / float64(p.Members)
+	fmt.Printf("   scenarios: %d template members ready in %.2fs, %.1f revisions and %.0f KiB RSS each\n", p.Members,
+		figures["layered_fleet_ready_seconds"], figures["layered_revisions_per_member"], figures["layered_marginal_rss_kib_per_member"])
+	return nil
+}
+
+func copiedMembers(ctx context.Context, s *server, root dynamic.Interface, p scenariosParams, figures map[string]float64) error {
+	m0, err := measure(s)
+	if err != nil {
+		return err
+	}
+	r0, err := revision(ctx, root)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	for i := range p.CopyMembers {
+		if err := copyPlane(ctx, s, root, fmt.Sprintf("copy-%d", i), p.Objects); err != nil {
+			return err
+		}
+	}
+	took := time.Since(began)
+	figures["copy_seconds_per_member"] = took.Seconds() / float64(p.CopyMembers)
+	r1, err := revision(ctx, root)
+	if err != nil {
+		return err
+	}
+	figures["copy_revisions_per_member"] = (r1 - r0) / float64(p.CopyMembers)
+	m1, err := measure(s)
+	if err != nil {
+		return err
+	}
+	figures["copy_marginal_rss_kib_per_member"] = (m1.rss - m0.rss) / 1024 / float64(p.CopyMembers)
+	figures["copy_marginal_heap_kib_per_member"] = (m1.liveHeap - m0.liveHeap) / 1024 / float64(p.CopyMembers)
+	fmt.Printf("   scenarios: %d copied planes, %.2fs, %.0f revisions and %.0f KiB RSS each\n", p.CopyMembers,
+		figures["copy_seconds_per_member"], figures["copy_revisions_per_member"], figures["copy_marginal_rss_kib_per_member"])
+	return nil
+}
+
+// copyPlane makes a plain plane and applies the template's objects to it.
+func copyPlane(ctx context.Context, s *server, root dynamic.Interface, name string, objects int) error {
+	if err := createBenchPlane(ctx, s, root, name, ""); err != nil {
+		return err
+	}
+	c, err := s.client(name)
+	if err != nil {
+		return err
+	}
+	return fillScenario(ctx, c, objects)
+}
+
+func resets(ctx context.Context, s *server, root dynamic.Interface, p scenariosParams, figures map[string]float64) error {
+	c, err := s.client("ep-0000")
+	if err != nil {
+		return err
+	}
+	var layered, copied []time.Duration
+	for round := range p.Resets {
+		if err := changeConfigMaps(ctx, c, p.Changes, round); err != nil {
+			return err
+		}
+		began := time.Now()
+		if err := postPlaneReset(ctx, s, "ep-0000"); err != nil {
+			return err
+		}
+		layered = append(layered, time.Since(began))
+	}
+	for round := range min(p.Resets, 5) {
+		began := time.Now()
+		name := "copy-0"
+		if err := root.Resource(planesGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		if err := waitFor(ctx, func() (bool, error) {
+			_, err := root.Resource(planesGVR).Get(ctx, name, metav1.GetOptions{})
+			return err != nil, nil
+		}); err != nil {
+			return err
+		}
+		if err := copyPlane(ctx, s, root, name, p.Objects); err != nil {
+			return fmt.Errorf("copy reset %d: %w", round, err)
+		}
+		copied = append(copied, time.Since(began))
+	}
+	for name, d := range map[string][]time.Duration{"reset": layered, "copy_reset": copied} {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		figures[name+"_p50_ms"] = ms(percentile(d, 0.5))
+		figures[name+"_p99_ms"] = ms(percentile(d, 0.99))
+	}
+	fmt.Printf("   scenarios: reset p50 %.0f ms p99 %.0f ms; delete + re-create + re-apply p50 %.0f ms\n",
+		figures["reset_p50_ms"], figures["reset_p99_ms"], figures["copy_reset_p50_ms"])
+	return nil
+}
+
+func changeConfigMaps(ctx context.Context, c kubernetes.Interface, n, round int) error {
+	for i := range n {
+		// o-0, o-1, o-5, o-6, ... are ConfigMaps (fillScenario).
+		name := fmt.Sprintf("o-%d", 5*(i/2)+i%2)
+		patch := fmt.Appendf(nil, `{"data":{"round":"%d"}}`, round)
+		if _, err := c.CoreV1().ConfigMaps("shop").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func postPlaneReset(ctx context.Context, s *server, plane string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/clusters/"+plane+"/control-plane/reset", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.http().Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reset %s: %s", plane, resp.Status)
+	}
+	return nil
+}
