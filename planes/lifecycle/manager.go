@@ -170,6 +170,16 @@ func (m *Manager) observe(obj any) {
 		return
 	}
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	m.mu.RLock()
+	old := m.state[u.GetName()]
+	replaced := old != nil && old.uid != "" && old.uid != u.GetUID() && old.terminating
+	m.mu.RUnlock()
+	if replaced {
+		// Deleted and created again before the deletion's reconcile forgot
+		// the old plane: forget it now, or the new plane would stay closed
+		// to requests (409) and inherit the old one's allocations.
+		m.forget(u.GetName())
+	}
 	m.mu.Lock()
 	s := m.state[u.GetName()]
 	if s == nil || s.uid != u.GetUID() {

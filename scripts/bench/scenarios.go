@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -90,7 +91,15 @@ func createBenchPlane(ctx context.Context, s *server, root dynamic.Interface, na
 	}
 	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
 		"metadata": map[string]any{"name": name}, "spec": spec}}
-	if _, err := root.Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	// A plane of the same name deleted a moment ago is released a moment
+	// after its Plane is gone (409 until then).
+	if err := waitFor(ctx, func() (bool, error) {
+		_, err := root.Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}); err != nil {
 		return err
 	}
 	c, err := s.client(name)

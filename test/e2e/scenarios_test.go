@@ -730,3 +730,31 @@ func TestResetSurvivesKill(t *testing.T) {
 		t.Fatalf("the reset was marked before the kill, so it must be finished:\n%s", d)
 	}
 }
+
+// TestPlaneRecreatedAtOnce: a plane created again the moment its Plane is
+// gone serves requests (it used to stay closed, 409, when the new Plane
+// was seen before the deletion was forgotten).
+func TestPlaneRecreatedAtOnce(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	name := uniquePlane(t, "again")
+	planesAPI := s.Dynamic(t, "root").Resource(planesGVR)
+	for range 5 {
+		createPlane(t, s, name, "")
+		if err := planesAPI.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "the Plane gone", func(ctx context.Context) error {
+			if _, err := planesAPI.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+	}
+	createPlane(t, s, name, "")
+	framework.Eventually(t, framework.DefaultTimeout, "the plane created again serves writes", func(ctx context.Context) error {
+		_, err := s.Client(t, name).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}}, metav1.CreateOptions{})
+		return err
+	})
+}
