@@ -291,11 +291,7 @@ func (s *Store) createLayered(ctx context.Context, plane string, chain []string,
 	if err != nil {
 		return err
 	}
-	for range maxLayeredRetries {
-		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
-		if err != nil {
-			return err
-		}
+	return s.decide(ctx, plane, chain, key, storage.NewKeyExistsError(scoped, 0), func(own, below runtime.Object) error {
 		switch {
 		case own != nil && !IsTombstone(own), own == nil && below != nil:
 			return storage.NewKeyExistsError(scoped, 0)
@@ -305,27 +301,48 @@ func (s *Store) createLayered(ctx context.Context, plane string, chain []string,
 			}
 			return served(out, plane)
 		}
-		// Created again over the plane's tombstone: the record is updated,
-		// and its first version says it is a creation.
-		err = s.Interface.GuaranteedUpdate(ctx, scoped, out, false, nil, func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
-			if !IsTombstone(input) {
-				return nil, nil, errRaced
-			}
-			created := obj.DeepCopyObject()
-			if err := s.Versioner().PrepareObjectForStorage(created); err != nil {
-				return nil, nil, err
-			}
-			return created, nil, setLayerState(created, LayerRecreated)
-		}, nil)
-		if errors.Is(err, errRaced) || storage.IsNotFound(err) {
-			continue
+		return s.recreate(ctx, plane, scoped, obj, out)
+	})
+}
+
+// recreate creates obj again over the plane's tombstone: the record is
+// updated, and its first version says it is a creation.
+func (s *Store) recreate(ctx context.Context, plane, scoped string, obj, out runtime.Object) error {
+	err := s.Interface.GuaranteedUpdate(ctx, scoped, out, false, nil, func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		if !IsTombstone(input) {
+			return nil, nil, errRaced
 		}
+		created := obj.DeepCopyObject()
+		if err := s.Versioner().PrepareObjectForStorage(created); err != nil {
+			return nil, nil, err
+		}
+		return created, nil, setLayerState(created, LayerRecreated)
+	}, nil)
+	if storage.IsNotFound(err) {
+		return errRaced
+	}
+	if err != nil {
+		return err
+	}
+	return served(out, plane)
+}
+
+// decide calls write with what plane's own layer (own) and its templates
+// (below, when own is nil) hold at key, and again while write reports that
+// it raced another write of the key; exhausted answers a key that keeps
+// changing.
+func (s *Store) decide(ctx context.Context, plane string, chain []string, key string, exhausted error,
+	write func(own, below runtime.Object) error) error {
+	for range maxLayeredRetries {
+		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
 		if err != nil {
 			return err
 		}
-		return served(out, plane)
+		if err := write(own, below); !errors.Is(err, errRaced) {
+			return err
+		}
 	}
-	return storage.NewKeyExistsError(scoped, 0)
+	return exhausted
 }
 
 // errRaced: the record changed between the read that decided how to write
@@ -338,22 +355,12 @@ func (s *Store) updateLayered(ctx context.Context, plane string, chain []string,
 	if err != nil {
 		return err
 	}
-	for range maxLayeredRetries {
-		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
-		if err != nil {
-			return err
-		}
+	return s.decide(ctx, plane, chain, key, storage.NewResourceVersionConflictsError(scoped, 0), func(own, below runtime.Object) error {
 		if own != nil {
-			err = s.updateOwn(ctx, plane, scoped, destination, ignoreNotFound, preconditions, tryUpdate)
-		} else {
-			err = s.updateInherited(ctx, plane, scoped, below, destination, ignoreNotFound, preconditions, tryUpdate)
+			return s.updateOwn(ctx, plane, scoped, destination, ignoreNotFound, preconditions, tryUpdate)
 		}
-		if errors.Is(err, errRaced) {
-			continue
-		}
-		return err
-	}
-	return storage.NewResourceVersionConflictsError(scoped, 0)
+		return s.updateInherited(ctx, plane, scoped, below, destination, ignoreNotFound, preconditions, tryUpdate)
+	})
 }
 
 // updateOwn updates the plane's own record; a tombstone is what is not
@@ -481,28 +488,19 @@ func (s *Store) deleteLayered(ctx context.Context, plane string, chain []string,
 	if err != nil {
 		return err
 	}
-	for range maxLayeredRetries {
-		own, below, err := s.resolve(ctx, plane, chain, key, storage.GetOptions{})
-		if err != nil {
-			return err
-		}
+	return s.decide(ctx, plane, chain, key, storage.NewKeyNotFoundError(scoped, 0), func(own, below runtime.Object) error {
 		switch {
 		case own != nil && IsTombstone(own), own == nil && below == nil:
 			return storage.NewKeyNotFoundError(scoped, 0)
 		case own == nil:
-			err = s.tombstoneInherited(ctx, plane, scoped, below, out, preconditions, validateDeletion)
-		default:
-			var inTemplate runtime.Object
-			if inTemplate, err = s.inherited(ctx, chain, key); err == nil {
-				err = s.deleteOwn(ctx, plane, scoped, inTemplate != nil, out, preconditions, validateDeletion)
-			}
+			return s.tombstoneInherited(ctx, plane, scoped, below, out, preconditions, validateDeletion)
 		}
-		if errors.Is(err, errRaced) {
-			continue
+		inTemplate, err := s.inherited(ctx, chain, key)
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	return storage.NewKeyNotFoundError(scoped, 0)
+		return s.deleteOwn(ctx, plane, scoped, inTemplate != nil, out, preconditions, validateDeletion)
+	})
 }
 
 // tombstoneInherited deletes an object the plane only inherited: a
