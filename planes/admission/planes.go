@@ -36,6 +36,10 @@ type PlaneCounter interface {
 	CheckSource(plane, source string) error
 	// TemplateOf returns the template plane is made from ("" for none).
 	TemplateOf(plane string) string
+	// BaseOf returns the base plane plane stands on ("" for none).
+	BaseOf(plane string) string
+	// Base is the base plane new planes made from nothing stand on.
+	Base() string
 }
 
 // LatePlaneCounter lets the plugin exist before the lifecycle manager.
@@ -81,6 +85,23 @@ func (l *LatePlaneCounter) TemplateOf(plane string) string {
 	return l.PlaneCounter.TemplateOf(plane)
 }
 
+// BaseOf implements PlaneCounter.
+func (l *LatePlaneCounter) BaseOf(plane string) string {
+	if l.PlaneCounter == nil {
+		return ""
+	}
+	return l.PlaneCounter.BaseOf(plane)
+}
+
+// Base implements PlaneCounter; until bound new planes stand on nothing
+// and hold copies of the bootstrap.
+func (l *LatePlaneCounter) Base() string {
+	if l.PlaneCounter == nil {
+		return ""
+	}
+	return l.PlaneCounter.Base()
+}
+
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
 // stays under --max-planes, and the root plane cannot be deleted.
@@ -96,7 +117,7 @@ var _ admission.ValidationInterface = &Planes{}
 
 // NewPlanes returns the plugin. maxPlanes 0 means no limit.
 func NewPlanes(finalizer string, maxPlanes int, counter PlaneCounter) *Planes {
-	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Delete),
+	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete),
 		finalizer: finalizer, maxPlanes: maxPlanes, counter: counter}
 }
 
@@ -123,6 +144,7 @@ func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if err := p.admitClone(a); err != nil {
 		return err
 	}
+	p.admitBase(a)
 	for _, f := range accessor.GetFinalizers() {
 		if f == p.finalizer {
 			return nil
@@ -157,6 +179,52 @@ func (p *Planes) admitClone(a admission.Attributes) error {
 	return nil
 }
 
+// admitBase puts a plane made from nothing on the server's base plane, so
+// that it stores only what it changes: a clone stands on its source's
+// base, a member of a template on none of its own. What a client wrote in
+// the annotation is replaced.
+func (p *Planes) admitBase(a admission.Attributes) {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok || a.GetName() == planes.Root {
+		return
+	}
+	annotations := u.GetAnnotations()
+	delete(annotations, planes.BaseAnnotation)
+	base := ""
+	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
+	source, _, _ := unstructured.NestedString(u.Object, "spec", "from")
+	switch {
+	case template != "":
+	case source != "":
+		base = p.counter.BaseOf(source)
+	default:
+		base = p.counter.Base()
+	}
+	if base != "" {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[planes.BaseAnnotation] = base
+	}
+	u.SetAnnotations(annotations)
+}
+
+// validateBase keeps the base annotation as the server set it: a plane's
+// objects are layers over that base.
+func validateBase(a admission.Attributes) error {
+	newObj, ok1 := a.GetObject().(*unstructured.Unstructured)
+	oldObj, ok2 := a.GetOldObject().(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	was, is := oldObj.GetAnnotations()[planes.BaseAnnotation], newObj.GetAnnotations()[planes.BaseAnnotation]
+	if was == is {
+		return nil
+	}
+	return invalidPlane(a.GetName(), field.Invalid(field.NewPath("metadata", "annotations").Key(planes.BaseAnnotation), is,
+		"set by the server when the Plane is created; it cannot change"))
+}
+
 func invalidPlane(name string, errs ...*field.Error) error {
 	return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, name, errs)
 }
@@ -167,6 +235,8 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return nil
 	}
 	switch a.GetOperation() {
+	case admission.Update:
+		return validateBase(a)
 	case admission.Delete:
 		if a.GetName() == planes.Root {
 			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf("the root plane cannot be deleted"))

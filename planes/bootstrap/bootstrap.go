@@ -61,6 +61,7 @@ type Config struct {
 type Bootstrapper struct {
 	config Config
 	policy policyObjectList
+	base   string
 
 	known sync.Map // plane id -> struct{}
 	group singleflight.Group
@@ -68,7 +69,9 @@ type Bootstrapper struct {
 
 // New returns a Bootstrapper.
 func New(config Config) *Bootstrapper {
-	return &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
+	b := &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
+	b.base = b.baseID()
+	return b
 }
 
 // Known reports whether plane was bootstrapped by this process.

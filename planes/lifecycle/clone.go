@@ -28,9 +28,28 @@ func (m *Manager) Source(plane string) (string, bool) {
 // TemplateOf returns the template plane is made from ("" for none): a
 // clone of plane is made from the same template.
 func (m *Manager) TemplateOf(plane string) string {
-	t, _ := m.Template(plane)
-	return t
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.state[plane]; s != nil {
+		return s.template
+	}
+	return ""
 }
+
+// BaseOf returns the base plane plane stands on ("" for none): a clone of
+// plane stands on the same base.
+func (m *Manager) BaseOf(plane string) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.state[plane]; s != nil {
+		return s.base
+	}
+	return ""
+}
+
+// Base is the base plane the planes made from nothing from now on stand
+// on.
+func (m *Manager) Base() string { return m.config.Bootstrapper.BaseID() }
 
 // CheckSource reports why plane cannot be cloned from source: the source
 // must be a live plane other than root and plane itself.

@@ -54,6 +54,9 @@ const (
 type Bootstrapper interface {
 	Ensure(ctx context.Context, plane string) error
 	Forget(plane string)
+	// BaseID is the base plane new planes made from nothing are layers
+	// over; Ensure of it writes the bootstrap objects there.
+	BaseID() string
 }
 
 // Forgetter drops what a component keeps for a deleted plane.
@@ -112,6 +115,9 @@ type state struct {
 	// once this process copied it.
 	from   string
 	cloned bool
+	// base is the base plane (planes.BaseAnnotation) the plane stands on
+	// when it has no template.
+	base string
 }
 
 // Manager keeps the planes.
@@ -201,6 +207,7 @@ func (m *Manager) observe(obj any) {
 		s.phase = Terminating
 	}
 	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
+	s.base = u.GetAnnotations()[planes.BaseAnnotation]
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
 	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
@@ -239,15 +246,21 @@ func (m *Manager) setTemplateLocked(name string, s *state, template string) {
 	}
 }
 
-// Template implements planes/storage.Layers.
+// Template implements planes/storage.Layers: the plane's template, or
+// the base plane it stands on.
 func (m *Manager) Template(plane string) (string, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := m.state[plane]
-	if s == nil || s.template == "" {
+	switch {
+	case s == nil:
 		return "", false
+	case s.template != "":
+		return s.template, true
+	case s.base != "":
+		return s.base, true
 	}
-	return s.template, true
+	return "", false
 }
 
 // ResetRevision implements planes/storage.Layers.
@@ -514,8 +527,12 @@ func (m *Manager) ensure(ctx context.Context, plane string) error {
 		return m.clone(ctx, plane, source)
 	}
 	template, ok := m.Template(plane)
-	if !ok {
+	switch {
+	case !ok:
 		return m.config.Bootstrapper.Ensure(ctx, plane)
+	case planes.IsBase(template):
+		// Written once per process, shared by every plane on it.
+		return m.config.Bootstrapper.Ensure(ctx, template)
 	}
 	if phase, exists := m.Phase(template); !exists || phase != Ready {
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("plane %s waits for its template %s to be ready", plane, template))

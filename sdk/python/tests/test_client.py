@@ -189,7 +189,10 @@ class PlanesTest(ServerTestCase):
         self.assertIsInstance(plane, kplane.Plane)
         self.assertEqual(plane.name, name)
         plane.wait_until_ready(timeout=30)
-        # The Plane's status follows readiness shortly after.
+        # A new plane stores nothing of its own (it stands on the server's
+        # base plane); the Plane's status counts what it stores, shortly
+        # after it changes.
+        create_configmap(plane, "counted")
         def ready_info():
             info = plane.info()
             return info if info.phase == "Ready" and info.object_count else None
