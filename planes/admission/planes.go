@@ -34,32 +34,15 @@ type PlaneCounter interface {
 	Dependents(plane string) []string
 }
 
-// LatePlaneCounter lets the plugin exist before the lifecycle manager.
-type LatePlaneCounter struct{ PlaneCounter }
+// noPlanes is the counter of a server whose plane manager does not exist
+// yet: no planes, so no templates and no dependents.
+type noPlanes struct{}
 
-// Count implements PlaneCounter; 0 until bound.
-func (l *LatePlaneCounter) Count() int {
-	if l.PlaneCounter == nil {
-		return 0
-	}
-	return l.PlaneCounter.Count()
+func (noPlanes) Count() int { return 0 }
+func (noPlanes) CheckTemplate(_, template string) error {
+	return fmt.Errorf("plane %s does not exist", template)
 }
-
-// CheckTemplate implements PlaneCounter; no template exists until bound.
-func (l *LatePlaneCounter) CheckTemplate(plane, template string) error {
-	if l.PlaneCounter == nil {
-		return fmt.Errorf("plane %s does not exist", template)
-	}
-	return l.PlaneCounter.CheckTemplate(plane, template)
-}
-
-// Dependents implements PlaneCounter.
-func (l *LatePlaneCounter) Dependents(plane string) []string {
-	if l.PlaneCounter == nil {
-		return nil
-	}
-	return l.PlaneCounter.Dependents(plane)
-}
+func (noPlanes) Dependents(string) []string { return nil }
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
@@ -74,10 +57,18 @@ type Planes struct {
 var _ admission.MutationInterface = &Planes{}
 var _ admission.ValidationInterface = &Planes{}
 
-// NewPlanes returns the plugin. maxPlanes 0 means no limit.
-func NewPlanes(finalizer string, maxPlanes int, counter PlaneCounter) *Planes {
+// NewPlanes returns the plugin. maxPlanes 0 means no limit. Admission is
+// configured before the APIs the plane manager is built on, so the manager
+// is bound with SetPlaneCounter once it exists; until then no plane exists.
+func NewPlanes(finalizer string, maxPlanes int) *Planes {
 	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Delete),
-		finalizer: finalizer, maxPlanes: maxPlanes, counter: counter}
+		finalizer: finalizer, maxPlanes: maxPlanes, counter: noPlanes{}}
+}
+
+// SetPlaneCounter binds the plane manager. It is called once, before the
+// server serves.
+func (p *Planes) SetPlaneCounter(counter PlaneCounter) {
+	p.counter = counter
 }
 
 // Factory returns an admission.Factory that always yields p.
