@@ -52,7 +52,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	boot := c.newBootstrapper(core)
+	boot, err := c.newBootstrapper(core)
+	if err != nil {
+		return nil, err
+	}
 	controllersConfig := controllers.Config{
 		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
 	}
@@ -146,15 +149,19 @@ func (c CompletedConfig) installAPIs(server *controlplaneapiserver.Server, loopb
 }
 
 // newBootstrapper returns what writes a new plane's initial objects.
-func (c CompletedConfig) newBootstrapper(core *CoreRegistries) *bootstrap.Bootstrapper {
+func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Bootstrapper, error) {
+	serviceIP, err := firstServiceIP(c.config.ServiceClusterIPRange)
+	if err != nil {
+		return nil, err
+	}
 	return bootstrap.New(bootstrap.Config{
 		Namespaces:  core.Namespaces,
 		Stores:      c.bootstrapStores,
 		CACert:      c.config.CACert,
-		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
+		ServiceIP:   serviceIP,
 		ServicePort: int32(c.config.Port),
 		Policy:      c.config.PlaneBootstrap,
-	})
+	}), nil
 }
 
 // newSnapshots returns the snapshot server of every plane.
