@@ -63,25 +63,19 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
-	manager, err := lifecycle.New(lifecycle.Config{
-		Loopback:        loopbackConfig,
-		Bootstrapper:    boot,
-		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
-		Storage:         c.storage,
-		Counts:          planestorage.NewCounts(),
-		CustomResources: customResources,
-		Forget:          []lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics},
-	})
+	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
+		[]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics})
 	if err != nil {
 		return nil, err
 	}
-	c.planesAdmission.SetPlaneCounter(manager)
-	c.storage.SetLayers(manager)
 	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
 	if err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
 	snapshots := c.newSnapshots(generic, customResources)
+	// The server serves FullHandlerChain: until now the bare director
+	// (Complete's BuildHandlerChainFunc), with its filters from here on.
+	// Nothing is served before Run.
 	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, customResources, snapshots)
 
 	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
@@ -162,6 +156,28 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 		ServicePort: int32(c.config.Port),
 		Policy:      c.config.PlaneBootstrap,
 	}), nil
+}
+
+// newPlaneManager returns the manager of the planes that exist, and binds
+// what consults it: the Planes admission plugin (configured before any
+// API) and the layered storage of template members.
+func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *bootstrap.Bootstrapper, customResources *crds.Server,
+	forget []lifecycle.Forgetter) (*lifecycle.Manager, error) {
+	manager, err := lifecycle.New(lifecycle.Config{
+		Loopback:        loopbackConfig,
+		Bootstrapper:    boot,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		Storage:         c.storage,
+		Counts:          planestorage.NewCounts(),
+		CustomResources: customResources,
+		Forget:          forget,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.planesAdmission.SetPlaneCounter(manager)
+	c.storage.SetLayers(manager)
+	return manager, nil
 }
 
 // newSnapshots returns the snapshot server of every plane.
