@@ -31,7 +31,7 @@ func main() {
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }
-	if err := app.Run(os.Args); err != nil {
+	if err := app.Run(kplanecli.FlagsAnywhere(app, os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "kplane:", err)
 		os.Exit(1)
 	}

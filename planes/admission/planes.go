@@ -32,6 +32,10 @@ type PlaneCounter interface {
 	CheckTemplate(plane, template string) error
 	// Dependents returns the planes made from plane.
 	Dependents(plane string) []string
+	// CheckSource reports why plane cannot be cloned from source.
+	CheckSource(plane, source string) error
+	// TemplateOf returns the template plane is made from ("" for none).
+	TemplateOf(plane string) string
 }
 
 // noPlanes is the counter of a server whose plane manager does not exist
@@ -43,6 +47,22 @@ func (noPlanes) CheckTemplate(_, template string) error {
 	return fmt.Errorf("plane %s does not exist", template)
 }
 func (noPlanes) Dependents(string) []string { return nil }
+
+// CheckSource implements PlaneCounter; no plane exists until bound.
+func (l *LatePlaneCounter) CheckSource(plane, source string) error {
+	if l.PlaneCounter == nil {
+		return fmt.Errorf("plane %s does not exist", source)
+	}
+	return l.PlaneCounter.CheckSource(plane, source)
+}
+
+// TemplateOf implements PlaneCounter.
+func (l *LatePlaneCounter) TemplateOf(plane string) string {
+	if l.PlaneCounter == nil {
+		return ""
+	}
+	return l.PlaneCounter.TemplateOf(plane)
+}
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
@@ -81,13 +101,17 @@ func (p *Planes) applies(ctx context.Context, a admission.Attributes) bool {
 	return plane == planes.Root && a.GetResource().GroupResource() == planesResource && a.GetSubresource() == ""
 }
 
-// Admit adds the cleanup finalizer to new Planes.
+// Admit adds the cleanup finalizer to new Planes and gives a clone its
+// source's template.
 func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(ctx, a) || a.GetOperation() != admission.Create {
 		return nil
 	}
 	accessor, err := meta.Accessor(a.GetObject())
 	if err != nil {
+		return err
+	}
+	if err := p.admitClone(a); err != nil {
 		return err
 	}
 	for _, f := range accessor.GetFinalizers() {
@@ -97,6 +121,35 @@ func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	}
 	accessor.SetFinalizers(append(accessor.GetFinalizers(), p.finalizer))
 	return nil
+}
+
+// admitClone makes a clone (spec.from) start over its source's template:
+// the source's own records are copied, the template's are shared. A clone
+// names no template of its own.
+func (p *Planes) admitClone(a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	source, _, _ := unstructured.NestedString(u.Object, "spec", "from")
+	if source == "" {
+		return nil
+	}
+	if template, _, _ := unstructured.NestedString(u.Object, "spec", "template"); template != "" {
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "template"), template,
+			"a clone is made from its source's template: set spec.from or spec.template, not both"))
+	}
+	if err := p.counter.CheckSource(a.GetName(), source); err != nil {
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "from"), source, err.Error()))
+	}
+	if template := p.counter.TemplateOf(source); template != "" {
+		return unstructured.SetNestedField(u.Object, template, "spec", "template")
+	}
+	return nil
+}
+
+func invalidPlane(name string, errs ...*field.Error) error {
+	return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, name, errs)
 }
 
 // Validate checks names, the plane limit and root's protection.
@@ -116,8 +169,7 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 	case admission.Create:
 		if err := planes.ValidateID(a.GetName()); err != nil {
-			return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
-				field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), a.GetName(), err.Error())})
+			return invalidPlane(a.GetName(), field.Invalid(field.NewPath("metadata", "name"), a.GetName(), err.Error()))
 		}
 		if p.maxPlanes > 0 && a.GetName() != planes.Root && p.counter.Count() >= p.maxPlanes {
 			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf(
@@ -141,8 +193,7 @@ func (p *Planes) validateTemplate(a admission.Attributes) error {
 		return nil
 	}
 	if err := p.counter.CheckTemplate(a.GetName(), template); err != nil {
-		return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
-			field.ErrorList{field.Invalid(field.NewPath("spec", "template"), template, err.Error())})
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "template"), template, err.Error()))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -107,6 +108,10 @@ type state struct {
 	// resetRevision is the datastore revision of the plane's last reset
 	// (ResetRevisionAnnotation).
 	resetRevision uint64
+	// from is the plane this one was cloned from (spec.from); cloned is set
+	// once this process copied it.
+	from   string
+	cloned bool
 }
 
 // Manager keeps the planes.
@@ -123,6 +128,8 @@ type Manager struct {
 	dependents map[string]map[string]struct{}
 	// held are the planes held for a reset.
 	held map[string]*resetHold
+	// clones shares one clone among the requests waiting for it.
+	clones singleflight.Group
 }
 
 // New returns a manager; Run starts it.
@@ -193,6 +200,7 @@ func (m *Manager) observe(obj any) {
 		s.terminating = true
 		s.phase = Terminating
 	}
+	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
 	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
@@ -390,10 +398,11 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 		return err
 	}
 	m.setPhase(name, Ready)
-	return m.writeStatus(ctx, name, map[string]any{
-		"phase": string(Ready), "bootstrappedAt": time.Now().UTC().Format(time.RFC3339),
-		"objectCount": m.config.Counts.Plane(name),
-	})
+	return m.writeStatus(ctx, name, readyStatus(m.config.Counts.Plane(name)))
+}
+
+func readyStatus(objects int64) map[string]any {
+	return map[string]any{"phase": string(Ready), "bootstrappedAt": time.Now().UTC().Format(time.RFC3339), "objectCount": objects}
 }
 
 func (m *Manager) setPhase(name string, phase Phase) {
@@ -498,9 +507,12 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 	return nil
 }
 
-// ensure gives a new plane what it starts with: its template's state
-// (nothing to write) or the bootstrap.
+// ensure gives a new plane what it starts with: its source's state (a
+// clone), its template's state (nothing to write) or the bootstrap.
 func (m *Manager) ensure(ctx context.Context, plane string) error {
+	if source, ok := m.Source(plane); ok {
+		return m.clone(ctx, plane, source)
+	}
 	template, ok := m.Template(plane)
 	if !ok {
 		return m.config.Bootstrapper.Ensure(ctx, plane)
