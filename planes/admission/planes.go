@@ -47,22 +47,10 @@ func (noPlanes) CheckTemplate(_, template string) error {
 	return fmt.Errorf("plane %s does not exist", template)
 }
 func (noPlanes) Dependents(string) []string { return nil }
-
-// CheckSource implements PlaneCounter; no plane exists until bound.
-func (l *LatePlaneCounter) CheckSource(plane, source string) error {
-	if l.PlaneCounter == nil {
-		return fmt.Errorf("plane %s does not exist", source)
-	}
-	return l.PlaneCounter.CheckSource(plane, source)
+func (noPlanes) CheckSource(_, source string) error {
+	return fmt.Errorf("plane %s does not exist", source)
 }
-
-// TemplateOf implements PlaneCounter.
-func (l *LatePlaneCounter) TemplateOf(plane string) string {
-	if l.PlaneCounter == nil {
-		return ""
-	}
-	return l.PlaneCounter.TemplateOf(plane)
-}
+func (noPlanes) TemplateOf(string) string { return "" }
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
