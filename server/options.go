@@ -66,6 +66,10 @@ type Options struct {
 
 	// LogFormat is text or json; the start banner follows it.
 	LogFormat string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// Verbosity is klog's -v for the Kubernetes components' logs.
+	Verbosity int
 
 	// SnapshotMaxStreamsPerUser and SnapshotMaxStreams bound the open
 	// snapshot delta streams per user of a plane and server-wide (0: no
@@ -90,6 +94,7 @@ func NewOptions() *Options {
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",
+		LogLevel:                    "info",
 		SnapshotMaxStreamsPerUser:   snapshot.DefaultMaxStreamsPerUser,
 		SnapshotMaxStreams:          snapshot.DefaultMaxStreams,
 		SnapshotMaxStreamTimeout:    snapshot.DefaultMaxStreamTimeout,

@@ -42,65 +42,25 @@ type PlaneCounter interface {
 	Base() string
 }
 
-// LatePlaneCounter lets the plugin exist before the lifecycle manager.
-type LatePlaneCounter struct{ PlaneCounter }
+// noPlanes is the counter of a server whose plane manager does not exist
+// yet: no planes, so no templates and no dependents.
+type noPlanes struct{}
 
-// Count implements PlaneCounter; 0 until bound.
-func (l *LatePlaneCounter) Count() int {
-	if l.PlaneCounter == nil {
-		return 0
-	}
-	return l.PlaneCounter.Count()
+func (noPlanes) Count() int { return 0 }
+func (noPlanes) CheckTemplate(_, template string) error {
+	return fmt.Errorf("plane %s does not exist", template)
 }
+func (noPlanes) Dependents(string) []string { return nil }
+func (noPlanes) CheckSource(_, source string) error {
+	return fmt.Errorf("plane %s does not exist", source)
+}
+func (noPlanes) TemplateOf(string) string { return "" }
 
-// CheckTemplate implements PlaneCounter; no template exists until bound.
-func (l *LatePlaneCounter) CheckTemplate(plane, template string) error {
-	if l.PlaneCounter == nil {
-		return fmt.Errorf("plane %s does not exist", template)
-	}
-	return l.PlaneCounter.CheckTemplate(plane, template)
-}
+func (noPlanes) BaseOf(string) string { return "" }
 
-// Dependents implements PlaneCounter.
-func (l *LatePlaneCounter) Dependents(plane string) []string {
-	if l.PlaneCounter == nil {
-		return nil
-	}
-	return l.PlaneCounter.Dependents(plane)
-}
-
-// CheckSource implements PlaneCounter; no plane exists until bound.
-func (l *LatePlaneCounter) CheckSource(plane, source string) error {
-	if l.PlaneCounter == nil {
-		return fmt.Errorf("plane %s does not exist", source)
-	}
-	return l.PlaneCounter.CheckSource(plane, source)
-}
-
-// TemplateOf implements PlaneCounter.
-func (l *LatePlaneCounter) TemplateOf(plane string) string {
-	if l.PlaneCounter == nil {
-		return ""
-	}
-	return l.PlaneCounter.TemplateOf(plane)
-}
-
-// BaseOf implements PlaneCounter.
-func (l *LatePlaneCounter) BaseOf(plane string) string {
-	if l.PlaneCounter == nil {
-		return ""
-	}
-	return l.PlaneCounter.BaseOf(plane)
-}
-
-// Base implements PlaneCounter; until bound new planes stand on nothing
-// and hold copies of the bootstrap.
-func (l *LatePlaneCounter) Base() string {
-	if l.PlaneCounter == nil {
-		return ""
-	}
-	return l.PlaneCounter.Base()
-}
+// Base: until the manager is bound new planes stand on nothing and hold
+// copies of the bootstrap.
+func (noPlanes) Base() string { return "" }
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
@@ -115,10 +75,18 @@ type Planes struct {
 var _ admission.MutationInterface = &Planes{}
 var _ admission.ValidationInterface = &Planes{}
 
-// NewPlanes returns the plugin. maxPlanes 0 means no limit.
-func NewPlanes(finalizer string, maxPlanes int, counter PlaneCounter) *Planes {
+// NewPlanes returns the plugin. maxPlanes 0 means no limit. Admission is
+// configured before the APIs the plane manager is built on, so the manager
+// is bound with SetPlaneCounter once it exists; until then no plane exists.
+func NewPlanes(finalizer string, maxPlanes int) *Planes {
 	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete),
-		finalizer: finalizer, maxPlanes: maxPlanes, counter: counter}
+		finalizer: finalizer, maxPlanes: maxPlanes, counter: noPlanes{}}
+}
+
+// SetPlaneCounter binds the plane manager. It is called once, before the
+// server serves.
+func (p *Planes) SetPlaneCounter(counter PlaneCounter) {
+	p.counter = counter
 }
 
 // Factory returns an admission.Factory that always yields p.
