@@ -9,6 +9,7 @@ import (
 	"kplane.dev/kplane/planes/controllers/clusterroleaggregation"
 	"kplane.dev/kplane/planes/controllers/gc"
 	"kplane.dev/kplane/planes/controllers/namespace"
+	"kplane.dev/kplane/planes/controllers/resourcequota"
 	"kplane.dev/kplane/planes/controllers/serviceaccounts"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
@@ -37,6 +38,7 @@ type Controllers struct {
 	accounts   *serviceaccounts.Controller
 	collector  *gc.Collector
 	roles      *clusterroleaggregation.Controller
+	quotas     *resourcequota.Controller
 }
 
 // New builds the controllers; Run starts them.
@@ -72,8 +74,12 @@ func New(config Config) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.subscribers = []Subscriber{namespaces, accounts, collector, roles}
-	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles}, nil
+	quotas, err := resourcequota.New(resourcequota.Config{Client: client, Storage: config.Storage})
+	if err != nil {
+		return nil, err
+	}
+	h.subscribers = []Subscriber{namespaces, accounts, collector, roles, quotas}
+	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles, quotas: quotas}, nil
 }
 
 // Run starts every controller and returns when ctx is done. phases says
@@ -83,6 +89,7 @@ func (c *Controllers) Run(ctx context.Context, phases clusterroleaggregation.Pha
 	go c.accounts.Run(ctx)
 	go c.collector.Run(ctx)
 	go c.roles.Run(ctx, phases)
+	go c.quotas.Run(ctx)
 	c.hub.run(ctx)
 	<-ctx.Done()
 }
@@ -91,4 +98,5 @@ func (c *Controllers) Run(ctx context.Context, phases clusterroleaggregation.Pha
 func (c *Controllers) ForgetPlane(plane string) {
 	c.collector.ForgetPlane(plane)
 	c.namespaces.ForgetPlane(plane)
+	c.quotas.ForgetPlane(plane)
 }

@@ -14,6 +14,7 @@ import (
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	k8sadmission "k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
@@ -38,6 +39,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/quota"
 	planestorage "kplane.dev/kplane/planes/storage"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
@@ -236,7 +238,7 @@ func controlPlaneConfig(completed cpoptions.CompletedOptions, genericConfig *gen
 	informers clientgoinformers.SharedInformerFactory, storageFactory *serverstorage.DefaultStorageFactory,
 ) (*controlplaneapiserver.Config, crdGetters, error) {
 	controlPlane, _, err := controlplaneapiserver.CreateConfig(completed, genericConfig, informers, nil, storageFactory,
-		webhook.NewDefaultServiceResolver(), nil)
+		webhook.NewDefaultServiceResolver(), []k8sadmission.PluginInitializer{admission.LoopbackInitializer{Config: genericConfig.LoopbackClientConfig}})
 	if err != nil {
 		return nil, crdGetters{}, fmt.Errorf("building control plane config: %w", err)
 	}
@@ -319,15 +321,22 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 	}
 	crdGroups := admission.NewCRDGroups(builtinGroups(), rootOwn)
 	o.Admission.GenericAdmission.Plugins.Register(admission.CRDGroupsPluginName, crdGroups.Factory())
+	quotaObjects := quota.Objects{Registry: stores}
+	o.Admission.GenericAdmission.Plugins.Register(admission.LimitRangerPluginName, admission.NewLimitRanger(quotaObjects).Factory())
+	o.Admission.GenericAdmission.Plugins.Register(admission.ResourceQuotaPluginName, admission.NewResourceQuota(quotaObjects).Factory())
+	// Upstream's order: LimitRanger defaults early, ResourceQuota is the
+	// last validating plugin.
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
 		admission.PlanesPluginName,
 		admission.CRDGroupsPluginName,
+		admission.LimitRangerPluginName,
 		defaulttolerationseconds.PluginName,
 		approval.PluginName,
 		signing.PluginName,
 		ctbattest.PluginName,
 		subjectrestriction.PluginName,
+		admission.ResourceQuotaPluginName,
 	}
 	o.Admission.GenericAdmission.DefaultOffPlugins = nil
 	o.Admission.GenericAdmission.EnablePlugins = nil
