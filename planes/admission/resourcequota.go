@@ -47,11 +47,11 @@ type ResourceQuota struct {
 }
 
 var (
-	_ admission.ValidationInterface                = &ResourceQuota{}
-	_ initializer.WantsQuotaConfiguration          = &ResourceQuota{}
-	_ initializer.WantsDrainedNotification         = &ResourceQuota{}
-	_ admission.InitializationValidator            = &ResourceQuota{}
-	_ WantsLoopback                                = &ResourceQuota{}
+	_ admission.ValidationInterface        = &ResourceQuota{}
+	_ initializer.WantsQuotaConfiguration  = &ResourceQuota{}
+	_ initializer.WantsDrainedNotification = &ResourceQuota{}
+	_ admission.InitializationValidator    = &ResourceQuota{}
+	_ WantsLoopback                        = &ResourceQuota{}
 )
 
 // NewResourceQuota returns the plugin; quotas reads the quotas of a
