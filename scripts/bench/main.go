@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, quota, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -71,6 +71,8 @@ func main() {
 	containerPlanes := flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
 	scenarioObjects := flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
 	scenarioMembers := flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
+	quotaCreates := flag.Int("quota-creates", 500, "ConfigMaps created in each plane of the quota scenario")
+	quotaDeletes := flag.Int("quota-deletes", 50, "deletes whose status.used update the quota scenario times")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -89,6 +91,7 @@ func main() {
 		*churnSettle = min(*churnSettle, time.Second)
 		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
 		*streams, *streamObjects = min(*streams, 20), min(*streamObjects, 20)
+		*quotaCreates, *quotaDeletes = min(*quotaCreates, 50), min(*quotaDeletes, 10)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -129,6 +132,8 @@ func main() {
 		case "scenarios":
 			res, err = scenariosScenario(bin, scenariosParams{Objects: *scenarioObjects, Members: *scenarioMembers,
 				CopyMembers: 10, Changes: 20, Resets: 50})
+		case "quota":
+			res, err = quotaScenario(bin, quotaParams{Creates: *quotaCreates, Deletes: *quotaDeletes})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:
