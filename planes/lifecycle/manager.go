@@ -83,6 +83,9 @@ type Config struct {
 	Forget []Forgetter
 	// StatusInterval is how often object counts are written to status.
 	StatusInterval time.Duration
+	// CopyBootstrap makes new planes made from nothing write their own
+	// copy of the bootstrap objects instead of standing on the base plane.
+	CopyBootstrap bool
 }
 
 // state is what the manager knows of one plane.
