@@ -750,3 +750,46 @@ func TestPlaneRecreatedAtOnce(t *testing.T) {
 		return err
 	})
 }
+
+// TestTemplateGarbageCollection: a member's deletion of an inherited owner
+// collects the dependents it inherits, in that member only.
+func TestTemplateGarbageCollection(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, a, b := uniquePlane(t, "gc-tmpl"), uniquePlane(t, "gc-a"), uniquePlane(t, "gc-b")
+	createPlane(t, s, tmpl, "")
+	ct := s.Client(t, tmpl)
+	owner, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	for _, name := range []string{"dep-1", "dep-2"} {
+		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{ref}}}
+		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPlane(t, s, a, tmpl)
+	createPlane(t, s, b, tmpl)
+	ca := s.Client(t, a)
+	if err := ca.CoreV1().ConfigMaps("default").Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "inherited dependents collected in "+a, func(ctx context.Context) error {
+		for _, name := range []string{"dep-1", "dep-2"} {
+			if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s: %v", name, err)
+			}
+		}
+		return nil
+	})
+	for _, plane := range []string{tmpl, b} {
+		for _, name := range []string{"owner", "dep-1", "dep-2"} {
+			if _, err := s.Client(t, plane).CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+				t.Fatalf("%s lost %s when %s deleted its owner: %v", plane, name, a, err)
+			}
+		}
+	}
+}
