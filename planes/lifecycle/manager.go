@@ -445,20 +445,25 @@ func (m *Manager) writeStatus(ctx context.Context, name string, status map[strin
 // writeCounts refreshes the object count in the status of every plane
 // whose count changed.
 func (m *Manager) writeCounts(ctx context.Context) {
+	// Counting asks the storage which planes custom resources serve, which
+	// asks the manager how planes are stacked: the lock is not held then
+	// (a read lock taken twice deadlocks once a writer waits between).
 	m.mu.RLock()
+	written := map[string]int64{}
+	for name, s := range m.state {
+		if s.phase == Ready {
+			written[name] = s.statusCount
+		}
+	}
+	m.mu.RUnlock()
 	var changed []string
 	counts := map[string]int64{}
-	for name, s := range m.state {
-		if s.phase != Ready {
-			continue
-		}
-		n := m.config.Counts.Plane(name)
-		if n != s.statusCount {
+	for name, last := range written {
+		if n := m.config.Counts.Plane(name); n != last {
 			changed = append(changed, name)
 			counts[name] = n
 		}
 	}
-	m.mu.RUnlock()
 	for _, name := range changed {
 		if err := m.writeStatus(ctx, name, map[string]any{"objectCount": counts[name]}); err == nil {
 			m.mu.Lock()
