@@ -276,7 +276,10 @@ func (m *Manager) ResetRevision(plane string) uint64 {
 	return 0
 }
 
-// Dependents implements planes/storage.Layers: the planes made from plane.
+// Dependents implements planes/storage.Layers: the planes made from
+// plane. A member whose records are all deleted (its Plane is only waiting
+// to be released) no longer holds its template; until then its deletion
+// may need the template's CRDs to find its own custom resources.
 func (m *Manager) Dependents(plane string) []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -286,7 +289,12 @@ func (m *Manager) Dependents(plane string) []string {
 	}
 	out := make([]string, 0, len(deps))
 	for d := range deps {
-		out = append(out, d)
+		if s := m.state[d]; s == nil || s.wiped == "" || s.wiped != s.uid {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
