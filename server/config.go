@@ -217,6 +217,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		PlaneBootstrap:              policy,
+		PlaneBase:                   c.Options.PlaneBase,
 		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
 		MetricsWindow:               c.Options.MetricsWindow,
 		ManifestsDir:                c.ManifestsDir,

@@ -38,6 +38,8 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "the most planes the server holds (0: no limit)"},
 		&cli.StringFlag{Name: "plane-bootstrap", Value: o.PlaneBootstrap, Destination: &o.PlaneBootstrap, EnvVars: []string{"KPLANE_PLANE_BOOTSTRAP"},
 			Usage: "RBAC a new plane starts with: minimal (cluster-admin, admin, edit, view, discovery roles) or full (the upstream bootstrap policy)"},
+		&cli.BoolFlag{Name: "plane-base", Value: o.PlaneBase, Destination: &o.PlaneBase, EnvVars: []string{"KPLANE_PLANE_BASE"},
+			Usage: "a new plane made from nothing stands on a base plane of the bootstrap objects, written once, and stores only what it changes (false: every new plane writes its own copy)"},
 		&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
 			Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
 		&cli.BoolFlag{Name: "disable-controllers", Destination: &o.DisableControllers, EnvVars: []string{"KPLANE_DISABLE_CONTROLLERS"},

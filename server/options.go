@@ -51,6 +51,9 @@ type Options struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
+	// PlaneBase makes new planes made from nothing layers over one base
+	// plane of the bootstrap objects instead of copies of them.
+	PlaneBase bool
 
 	// AdminToken, when set, is the admin token of a new token file instead
 	// of a generated one: a client that cannot read the data dir (a CI job
@@ -91,6 +94,7 @@ func NewOptions() *Options {
 		MaxMutatingRequestsInFlight: 400,
 		CompactionInterval:          5 * time.Minute,
 		PlaneBootstrap:              "minimal",
+		PlaneBase:                   true,
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",

@@ -48,8 +48,13 @@ func (m *Manager) BaseOf(plane string) string {
 }
 
 // Base is the base plane the planes made from nothing from now on stand
-// on.
-func (m *Manager) Base() string { return m.config.Bootstrapper.BaseID() }
+// on ("" when each writes its own copy of the bootstrap).
+func (m *Manager) Base() string {
+	if m.config.CopyBootstrap {
+		return ""
+	}
+	return m.config.Bootstrapper.BaseID()
+}
 
 // CheckSource reports why plane cannot be cloned from source: the source
 // must be a live plane other than root and plane itself.

@@ -89,6 +89,9 @@ type Config struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
+	// PlaneBase: new planes made from nothing stand on the base plane of
+	// the bootstrap objects (false: each writes its own copy).
+	PlaneBase bool
 	// MetricsTopPlanes is how many planes get a request series of their
 	// own on /metrics; MetricsWindow is the period they are ranked over.
 	MetricsTopPlanes int

@@ -171,6 +171,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		Counts:          planestorage.NewCounts(),
 		CustomResources: customResources,
 		Forget:          forget,
+		CopyBootstrap:   !c.config.PlaneBase,
 	})
 	if err != nil {
 		return nil, err
