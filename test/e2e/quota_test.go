@@ -264,7 +264,7 @@ func TestQuotaBadInput(t *testing.T) {
 		{name: "negative hard limit", method: http.MethodPost, path: base + "resourcequotas", contentType: "application/json",
 			body: []byte(`{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"x"},"spec":{"hard":{"count/configmaps":"-1"}}}`), wantCode: http.StatusUnprocessableEntity},
 		{name: "default above max", method: http.MethodPost, path: base + "limitranges", contentType: "application/json",
-			body: []byte(`{"apiVersion":"v1","kind":"LimitRange","metadata":{"name":"x"},"spec":{"limits":[{"type":"Container","max":{"cpu":"1"},"default":{"cpu":"2"}}]}}`),
+			body:     []byte(`{"apiVersion":"v1","kind":"LimitRange","metadata":{"name":"x"},"spec":{"limits":[{"type":"Container","max":{"cpu":"1"},"default":{"cpu":"2"}}]}}`),
 			wantCode: http.StatusUnprocessableEntity},
 	}
 	wantField := map[string]string{"negative hard limit": "spec.hard[count/configmaps]", "default above max": "spec.limits[0].default[cpu]"}
