@@ -200,6 +200,22 @@ func (c *Controller) counts(r schema.GroupResource, hard corev1.ResourceList) bo
 	return false
 }
 
+// StoreSynced implements controllers.LateStoreSubscriber: the first list of
+// a storage built while the server runs (a custom resource's) may hold
+// objects whose creation or deletion was never seen as an event, so every
+// quota that counts the resource is calculated again.
+func (c *Controller) StoreSynced(r schema.GroupResource) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for ns, byName := range c.quotas {
+		for name, hard := range byName {
+			if c.counts(r, hard) {
+				c.queue.Add(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
+			}
+		}
+	}
+}
+
 // ForgetPlane drops what the controller holds for a deleted plane.
 func (c *Controller) ForgetPlane(plane string) {
 	c.mu.Lock()
