@@ -44,6 +44,7 @@ import (
 	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/simulation"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -84,6 +85,8 @@ type Config struct {
 
 	// DisableControllers runs no generic controllers.
 	DisableControllers bool
+	// Simulation runs workloads in every plane (nil: API only).
+	Simulation *simulation.Options
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
 	CACert []byte
@@ -406,6 +409,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
 
+	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
+	if err != nil {
+		return nil, fmt.Errorf("workload simulation: %w", err)
+	}
 	manager, err := lifecycle.New(lifecycle.Config{
 		Loopback:        loopbackConfig,
 		Bootstrapper:    boot,
@@ -413,7 +420,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Storage:         c.storage,
 		Counts:          planestorage.NewCounts(),
 		CustomResources: customResources,
-		Forget:          []lifecycle.Forgetter{core.registries.Services, customResources, generic, c.metrics},
+		Forget:          withSimulation([]lifecycle.Forgetter{core.registries.Services, customResources, generic, c.metrics}, sim),
 	})
 	if err != nil {
 		return nil, err
@@ -505,6 +512,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		}()
 		return nil
 	})
+
+	addSimulationHook(server.GenericAPIServer, sim, manager)
 
 	server.GenericAPIServer.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
 		if err := waitForRootCRDs(ctx, loopbackConfig); err != nil {
