@@ -100,7 +100,9 @@ func (r replicaSetInformer) Lister() appslisters.ReplicaSetLister {
 type jobInformer struct{ cache.SharedIndexInformer }
 
 func (j jobInformer) Informer() cache.SharedIndexInformer { return j.SharedIndexInformer }
-func (j jobInformer) Lister() batchlisters.JobLister   { return batchlisters.NewJobLister(j.GetIndexer()) }
+func (j jobInformer) Lister() batchlisters.JobLister {
+	return batchlisters.NewJobLister(j.GetIndexer())
+}
 
 type cronJobInformer struct{ cache.SharedIndexInformer }
 
@@ -112,7 +114,7 @@ func (c cronJobInformer) Lister() batchlisters.CronJobLister {
 type podInformer struct{ cache.SharedIndexInformer }
 
 func (p podInformer) Informer() cache.SharedIndexInformer { return p.SharedIndexInformer }
-func (p podInformer) Lister() corelisters.PodLister     { return corelisters.NewPodLister(p.GetIndexer()) }
+func (p podInformer) Lister() corelisters.PodLister       { return corelisters.NewPodLister(p.GetIndexer()) }
 
 type serviceInformer struct{ cache.SharedIndexInformer }
 
@@ -124,7 +126,9 @@ func (s serviceInformer) Lister() corelisters.ServiceLister {
 type nodeInformer struct{ cache.SharedIndexInformer }
 
 func (n nodeInformer) Informer() cache.SharedIndexInformer { return n.SharedIndexInformer }
-func (n nodeInformer) Lister() corelisters.NodeLister     { return corelisters.NewNodeLister(n.GetIndexer()) }
+func (n nodeInformer) Lister() corelisters.NodeLister {
+	return corelisters.NewNodeLister(n.GetIndexer())
+}
 
 type endpointSliceInformer struct{ cache.SharedIndexInformer }
 

@@ -130,4 +130,3 @@ func ready(node *corev1.Node) bool {
 	}
 	return false
 }
-
