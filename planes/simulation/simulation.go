@@ -48,7 +48,14 @@ type Config struct {
 	// Loopback reaches the server as itself (system:masters).
 	Loopback *rest.Config
 	Storage  *planestorage.Registry
+	// Off reports the planes the simulation leaves alone (nil: none).
+	Off func(plane string) bool
 }
+
+// PlaneAnnotation on a Plane (root plane) set to "false" leaves that
+// plane's objects to the API alone: no controller, scheduler or kubelet of
+// the simulation acts on them. Nothing in the plane can see or change it.
+const PlaneAnnotation = "kplane.dev/simulation"
 
 // Simulation is the cluster behind every plane.
 type Simulation struct {
@@ -81,10 +88,13 @@ func New(config Config) (*Simulation, error) {
 	return &Simulation{config: config, client: client, routed: routed, provision: provision}, nil
 }
 
+// SetOff sets Config.Off; call it before Run.
+func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
+
 // Run builds the informers and controllers and runs them until ctx is
 // done. The storages must exist (the API is installed).
 func (s *Simulation) Run(ctx context.Context) error {
-	inf, err := informers.New(s.config.Storage)
+	inf, err := informers.New(s.config.Storage, s.config.Off)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
@@ -38,6 +39,15 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 	if sim == nil {
 		return
 	}
+	planesByName := manager.Informer().GetIndexer()
+	sim.SetOff(func(plane string) bool {
+		obj, exists, err := planesByName.GetByKey(plane)
+		if err != nil || !exists {
+			return false
+		}
+		accessor, err := meta.Accessor(obj)
+		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
+	})
 	server.AddPostStartHookOrDie("kplane-simulation", func(ctx genericapiserver.PostStartHookContext) error {
 		go func() {
 			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {

@@ -36,7 +36,8 @@ type Informers struct {
 }
 
 // New builds the informers over registry's storages; Start runs them.
-func New(registry *planestorage.Registry) (*Informers, error) {
+// off (nil: none) names the planes whose objects are left out.
+func New(registry *planestorage.Registry, off func(plane string) bool) (*Informers, error) {
 	i := &Informers{}
 	var err error
 	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
@@ -48,7 +49,7 @@ func New(registry *planestorage.Registry) (*Informers, error) {
 			err = fmt.Errorf("no storage for %s", gr)
 			return nil
 		}
-		inf := cache.NewSharedIndexInformer((&source{store: store, kind: k}).listerWatcher(), k.object(), 0,
+		inf := cache.NewSharedIndexInformer((&source{store: store, kind: k, off: off}).listerWatcher(), k.object(), 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		i.all = append(i.all, inf)
 		return inf

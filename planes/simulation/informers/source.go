@@ -34,6 +34,14 @@ type kind struct {
 type source struct {
 	store *planestorage.Store
 	kind  kind
+	// off reports the planes whose objects the controllers must not see.
+	off func(plane string) bool
+}
+
+// wanted reports whether the controllers are to see a converted object of
+// plane.
+func (s *source) wanted(plane string, obj runtime.Object) bool {
+	return (s.off == nil || !s.off(plane)) && (s.kind.keep == nil || s.kind.keep(obj))
 }
 
 func (s *source) listerWatcher() cache.ListerWatcher {
@@ -57,7 +65,7 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 		if planestorage.IsTombstone(item) {
 			continue
 		}
-		if obj, ok := s.convert(item); ok && (s.kind.keep == nil || s.kind.keep(obj)) {
+		if obj, ok := s.convert(item); ok && s.wanted(planes.OfObject(item), obj) {
 			kept = append(kept, obj)
 		}
 	}
@@ -88,7 +96,8 @@ func (s *source) watch(ctx context.Context, opts metav1.ListOptions) (watch.Inte
 }
 
 // event converts one watch event; an object the controllers do not want
-// (any more) is a deletion, which the informer ignores for an unknown key.
+// (any more: its plane's simulation was turned off) is a deletion, which
+// the informer ignores for an unknown key.
 func (s *source) event(ev watch.Event) (watch.Event, bool) {
 	switch ev.Type {
 	case watch.Added, watch.Modified, watch.Deleted:
@@ -100,7 +109,7 @@ func (s *source) event(ev watch.Event) (watch.Event, bool) {
 		if !ok {
 			return ev, false
 		}
-		if ev.Type != watch.Deleted && (planestorage.IsTombstone(obj) || (s.kind.keep != nil && !s.kind.keep(converted))) {
+		if ev.Type != watch.Deleted && (planestorage.IsTombstone(obj) || !s.wanted(planes.OfObject(obj), converted)) {
 			ev.Type = watch.Deleted
 		}
 		ev.Object = converted

@@ -28,7 +28,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node)
 	s.StartTime = &now
 	s.InitContainerStatuses = make([]corev1.ContainerStatus, 0, len(pod.Spec.InitContainers))
 	for _, c := range pod.Spec.InitContainers {
-		status := containerStatus(pod, c)
+		status := newContainerStatus(pod, c)
 		status.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now, ContainerID: status.ContainerID,
 		}}
@@ -37,7 +37,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node)
 	}
 	s.ContainerStatuses = make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
-		status := containerStatus(pod, c)
+		status := newContainerStatus(pod, c)
 		status.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 		started := true
 		status.Started, status.Ready = &started, true
@@ -93,12 +93,12 @@ func (k *Kubelet) writeStatus(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-func containerStatus(pod *corev1.Pod, c corev1.Container) corev1.ContainerStatus {
+func newContainerStatus(pod *corev1.Pod, c corev1.Container) corev1.ContainerStatus {
 	image := sha256.Sum256([]byte(c.Image))
 	id := sha256.Sum256([]byte(string(pod.UID) + "/" + c.Name))
 	return corev1.ContainerStatus{
 		Name: c.Name, Image: c.Image, ImageID: "sha256:" + hex.EncodeToString(image[:]),
-		ContainerID: "kplane://" + hex.EncodeToString(id[:16]),
+		ContainerID: ContainerIDPrefix + hex.EncodeToString(id[:16]),
 	}
 }
 
