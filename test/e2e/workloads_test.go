@@ -354,7 +354,6 @@ func TestWorkloadsOff(t *testing.T) {
 	})
 }
 
-
 // apiOnlyPlane creates plane (or marks the existing one) with the workload
 // simulation off, for tests of API-only behaviour that build workload
 // objects by hand, and waits until it is ready.
@@ -407,7 +406,7 @@ func TestWorkloadsLogs(t *testing.T) {
 	c := s.Client(t, plane)
 	_, err := c.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "scripted", Annotations: map[string]string{"logs.kplane.dev/main": "starting\nserving on :8080\n"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:1"}, {Name: "side", Image: "proxy:2"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:1"}, {Name: "side", Image: "proxy:2"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
