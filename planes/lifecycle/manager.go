@@ -421,19 +421,24 @@ func (m *Manager) writeStatus(ctx context.Context, name string, status map[strin
 // whose count changed.
 func (m *Manager) writeCounts(ctx context.Context) {
 	m.mu.RLock()
+	written := map[string]int64{}
+	for name, s := range m.state {
+		if s.phase == Ready {
+			written[name] = s.statusCount
+		}
+	}
+	m.mu.RUnlock()
+	// Counted without m.mu: Counts.Plane asks the CRD index, which asks
+	// Template (m.mu.RLock again); a second RLock behind a waiting writer
+	// deadlocks every request.
 	var changed []string
 	counts := map[string]int64{}
-	for name, s := range m.state {
-		if s.phase != Ready {
-			continue
-		}
-		n := m.config.Counts.Plane(name)
-		if n != s.statusCount {
+	for name, was := range written {
+		if n := m.config.Counts.Plane(name); n != was {
 			changed = append(changed, name)
 			counts[name] = n
 		}
 	}
-	m.mu.RUnlock()
 	for _, name := range changed {
 		if err := m.writeStatus(ctx, name, map[string]any{"objectCount": counts[name]}); err == nil {
 			m.mu.Lock()
