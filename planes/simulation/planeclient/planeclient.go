@@ -47,18 +47,23 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out := req.Clone(planes.WithPlane(req.Context(), plane))
 	out.URL.Path, out.URL.RawPath = path, ""
+	var body []byte
 	if req.Body != nil && req.Body != http.NoBody && isJSON(req.Header.Get("Content-Type")) {
-		body, err := rewrite(req.Body, func(s string) string { return planens.Strip(s) })
+		var err error
+		body, err = rewrite(req.Body, func(s string) string { return planens.Strip(s) })
 		if err != nil {
 			return nil, fmt.Errorf("unfolding the body of %s %s: %w", req.Method, req.URL.Path, err)
 		}
 		setBody(out, body)
 	}
 	resp, err := u.next.RoundTrip(out)
+	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {
+		resp, err = u.reapplyStatus(out, body, resp)
+	}
 	if err != nil || req.URL.Query().Get("watch") == "true" || !isJSON(resp.Header.Get("Content-Type")) {
 		return resp, err
 	}
-	body, err := rewrite(resp.Body, func(s string) string {
+	folded, err := rewrite(resp.Body, func(s string) string {
 		if s == "" || strings.Contains(s, planens.Separator) {
 			return s
 		}
@@ -67,9 +72,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("folding the answer to %s %s: %w", req.Method, req.URL.Path, err)
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.Body = io.NopCloser(bytes.NewReader(folded))
+	resp.ContentLength = int64(len(folded))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(folded)))
 	return resp, nil
 }
 

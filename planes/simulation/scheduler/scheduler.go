@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"sync"
 	"time"
@@ -39,8 +40,15 @@ type Scheduler struct {
 	recorder   record.EventRecorder
 	assumedMu  sync.Mutex
 	assumed    map[string]assumption
-	logContext logrus.Fields
+	// planeLocks serialise the decisions of one plane (a hash of the
+	// plane picks the lock) while workers bind pods of different planes
+	// at the same time.
+	planeLocks [64]sync.Mutex
 }
+
+// Workers bind pods of different planes concurrently: each bind is a write
+// to wait for, and one worker would queue every plane behind it.
+const Workers = 8
 
 // assumption is a binding the informer has not shown yet.
 type assumption struct {
@@ -88,7 +96,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 	defer s.queue.ShutDown()
 	s.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.broadcast.Shutdown()
-	go wait.UntilWithContext(ctx, s.worker, time.Second)
+	for i := 0; i < Workers; i++ {
+		go wait.UntilWithContext(ctx, s.worker, time.Second)
+	}
 	<-ctx.Done()
 }
 
@@ -195,6 +205,9 @@ func (s *Scheduler) schedule(ctx context.Context, key string) error {
 		return nil
 	}
 	plane := planens.Plane(pod.Namespace)
+	lock := &s.planeLocks[planeHash(plane)%uint32(len(s.planeLocks))]
+	lock.Lock()
+	defer lock.Unlock()
 	planeNodes, _ := s.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane)
 	if len(planeNodes) == 0 {
 		// The nodes' arrival queues the plane's pods again.
@@ -262,6 +275,12 @@ func setCondition(status *corev1.PodStatus, c corev1.PodCondition) {
 		}
 	}
 	status.Conditions = append(status.Conditions, c)
+}
+
+func planeHash(plane string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(plane))
+	return h.Sum32()
 }
 
 // sortedNodes orders nodes by name so that ties are decided the same way.
