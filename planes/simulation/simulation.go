@@ -31,15 +31,16 @@ type Options struct {
 	Nodes nodes.Shape
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
-	// Workers per upstream controller (kube-controller-manager's
-	// --concurrent-*-syncs default is 5).
+	// Workers per upstream controller. kube-controller-manager's
+	// --concurrent-*-syncs default is 5 for one cluster; here one
+	// controller serves every plane and each sync waits on its writes.
 	Workers int
 }
 
 // DefaultOptions are three nodes per plane and one second per
 // run-to-completion pod.
 func DefaultOptions() Options {
-	return Options{Nodes: nodes.DefaultShape(), RunDuration: time.Second, Workers: 5}
+	return Options{Nodes: nodes.DefaultShape(), RunDuration: time.Second, Workers: 16}
 }
 
 // Config is how the simulation runs.
@@ -69,7 +70,7 @@ type Simulation struct {
 // New checks the configuration; Run starts the simulation.
 func New(config Config) (*Simulation, error) {
 	if config.Workers <= 0 {
-		config.Workers = 5
+		config.Workers = DefaultOptions().Workers
 	}
 	// Never bring a plane into being: work left for a deleted plane fails.
 	routedConfig := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)

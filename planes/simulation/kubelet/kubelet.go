@@ -44,7 +44,7 @@ type Kubelet struct {
 // plane-folding client (planeclient).
 func New(config Config, client kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
 	if config.Workers <= 0 {
-		config.Workers = 8
+		config.Workers = 16
 	}
 	k := &Kubelet{
 		config: config, client: client, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),

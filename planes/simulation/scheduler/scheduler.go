@@ -31,15 +31,15 @@ const Name = corev1.DefaultSchedulerName
 
 // Scheduler binds pods to nodes.
 type Scheduler struct {
-	client     kubernetes.Interface
-	pods       cache.SharedIndexInformer
-	nodes      cache.SharedIndexInformer
-	provision  *nodes.Provisioner
-	queue      workqueue.TypedRateLimitingInterface[string]
-	broadcast  record.EventBroadcaster
-	recorder   record.EventRecorder
-	assumedMu  sync.Mutex
-	assumed    map[string]assumption
+	client    kubernetes.Interface
+	pods      cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer
+	provision *nodes.Provisioner
+	queue     workqueue.TypedRateLimitingInterface[string]
+	broadcast record.EventBroadcaster
+	recorder  record.EventRecorder
+	assumedMu sync.Mutex
+	assumed   map[string]assumption
 	// planeLocks serialise the decisions of one plane (a hash of the
 	// plane picks the lock) while workers bind pods of different planes
 	// at the same time.
@@ -48,7 +48,7 @@ type Scheduler struct {
 
 // Workers bind pods of different planes concurrently: each bind is a write
 // to wait for, and one worker would queue every plane behind it.
-const Workers = 8
+const Workers = 16
 
 // assumption is a binding the informer has not shown yet.
 type assumption struct {
