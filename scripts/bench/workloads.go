@@ -165,16 +165,25 @@ func deployOne(ctx context.Context, s *server, plane string, sem chan struct{}) 
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
+	// A watch the server ends (a slow consumer under load) is opened again
+	// from the last revision seen, so no event is missed.
+	var podRV, deploymentRV string
+	openPods := func() (watch.Interface, error) {
+		return c.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: podRV})
+	}
+	openDeployments := func() (watch.Interface, error) {
+		return c.AppsV1().Deployments("default").Watch(ctx, metav1.ListOptions{ResourceVersion: deploymentRV})
+	}
+	pods, err := openPods()
 	if err != nil {
 		return nil, err
 	}
-	defer pods.Stop()
-	deployments, err := c.AppsV1().Deployments("default").Watch(ctx, metav1.ListOptions{})
+	defer func() { pods.Stop() }()
+	deployments, err := openDeployments()
 	if err != nil {
 		return nil, err
 	}
-	defer deployments.Stop()
+	defer func() { deployments.Stop() }()
 	sem <- struct{}{}
 	labels := map[string]string{"app": "web"}
 	_, err = c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
@@ -196,12 +205,16 @@ func deployOne(ctx context.Context, s *server, plane string, sem chan struct{}) 
 			return nil, fmt.Errorf("%d pods running, available %v: %w", len(latencies), available, ctx.Err())
 		case ev, ok := <-pods.ResultChan():
 			if !ok {
-				return nil, fmt.Errorf("pod watch closed")
+				if pods, err = openPods(); err != nil {
+					return nil, fmt.Errorf("pod watch: %w", err)
+				}
+				continue
 			}
 			pod, isPod := ev.Object.(*corev1.Pod)
 			if !isPod {
 				continue
 			}
+			podRV = pod.ResourceVersion
 			if ev.Type == watch.Added {
 				added[pod.Name] = time.Now()
 			}
@@ -211,10 +224,16 @@ func deployOne(ctx context.Context, s *server, plane string, sem chan struct{}) 
 			}
 		case ev, ok := <-deployments.ResultChan():
 			if !ok {
-				return nil, fmt.Errorf("deployment watch closed")
+				if deployments, err = openDeployments(); err != nil {
+					return nil, fmt.Errorf("deployment watch: %w", err)
+				}
+				continue
 			}
-			if d, isD := ev.Object.(*appsv1.Deployment); isD && d.Status.AvailableReplicas == 3 && d.Status.UpdatedReplicas == 3 {
-				available = true
+			if d, isD := ev.Object.(*appsv1.Deployment); isD {
+				deploymentRV = d.ResourceVersion
+				if d.Status.AvailableReplicas == 3 && d.Status.UpdatedReplicas == 3 {
+					available = true
+				}
 			}
 		}
 	}
