@@ -31,7 +31,7 @@ func main() {
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }
-	if err := app.Run(os.Args); err != nil {
+	if err := app.Run(kplanecli.FlagsAnywhere(app, os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "kplane:", err)
 		os.Exit(1)
 	}
@@ -39,80 +39,12 @@ func main() {
 
 func serverCommand() *cli.Command {
 	o := server.NewOptions()
-	var logLevel string
-	var klogVerbosity int
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run the datastore and the multi-plane apiserver",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-dir", Value: o.DataDir, Destination: &o.DataDir, EnvVars: []string{"KPLANE_DATA_DIR"},
-				Usage: "directory for the datastore, credentials and kubeconfigs"},
-			&cli.StringFlag{Name: "bind-address", Value: o.BindAddress, Destination: &o.BindAddress, EnvVars: []string{"KPLANE_BIND_ADDRESS"},
-				Usage: "address the apiserver listens on"},
-			&cli.IntFlag{Name: "https-port", Value: o.HTTPSPort, Destination: &o.HTTPSPort, EnvVars: []string{"KPLANE_HTTPS_PORT"},
-				Usage: "port the apiserver listens on"},
-			&cli.StringSliceFlag{Name: "tls-san", EnvVars: []string{"KPLANE_TLS_SAN"},
-				Usage: "extra host name or IP for the serving certificate (repeatable)"},
-			&cli.StringFlag{Name: "token-file", Destination: &o.TokenFile, EnvVars: []string{"KPLANE_TOKEN_FILE"},
-				Usage: "static token file (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, generated with an admin token on first start"},
-			&cli.StringFlag{Name: "admin-token", Destination: &o.AdminToken, EnvVars: []string{"KPLANE_ADMIN_TOKEN", "KPLANE_TOKEN"},
-				Usage: "admin token of a new token file instead of a generated one (at least 32 characters; e.g. a CI secret)"},
-			&cli.StringFlag{Name: "datastore-endpoint", Destination: &o.DatastoreEndpoint, EnvVars: []string{"KPLANE_DATASTORE_ENDPOINT"},
-				Usage: "\"\" (SQLite in the data dir), \"etcd\" (embedded), http(s)://host:2379[,…] (external etcd), postgres://…, mysql://…"},
-			&cli.StringFlag{Name: "datastore-cafile", Destination: &o.DatastoreCAFile, EnvVars: []string{"KPLANE_DATASTORE_CAFILE"},
-				Usage: "CA bundle to verify an external datastore"},
-			&cli.StringFlag{Name: "datastore-certfile", Destination: &o.DatastoreCertFile, EnvVars: []string{"KPLANE_DATASTORE_CERTFILE"},
-				Usage: "client certificate for an external datastore"},
-			&cli.StringFlag{Name: "datastore-keyfile", Destination: &o.DatastoreKeyFile, EnvVars: []string{"KPLANE_DATASTORE_KEYFILE"},
-				Usage: "client key for an external datastore"},
-			&cli.DurationFlag{Name: "etcd-compaction-interval", Value: o.CompactionInterval, Destination: &o.CompactionInterval, EnvVars: []string{"KPLANE_ETCD_COMPACTION_INTERVAL"},
-				Usage: "how often the datastore's history older than one interval is compacted (a list continue token expires after one to two intervals; 0: never)"},
-			&cli.StringFlag{Name: "service-cidr", Value: o.ServiceCIDR, Destination: &o.ServiceCIDR, EnvVars: []string{"KPLANE_SERVICE_CIDR"},
-				Usage: "range every plane allocates Service ClusterIPs from"},
-			&cli.StringFlag{Name: "service-node-port-range", Value: o.NodePortRange, Destination: &o.NodePortRange, EnvVars: []string{"KPLANE_SERVICE_NODE_PORT_RANGE"},
-				Usage: "range every plane allocates NodePorts from"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Destination: &logLevel, EnvVars: []string{"KPLANE_LOG_LEVEL"},
-				Usage: "debug, info, warn or error"},
-			&cli.IntFlag{Name: "max-planes", Destination: &o.MaxPlanes, EnvVars: []string{"KPLANE_MAX_PLANES"},
-				Usage: "the most planes the server holds (0: no limit)"},
-			&cli.StringFlag{Name: "plane-bootstrap", Value: o.PlaneBootstrap, Destination: &o.PlaneBootstrap, EnvVars: []string{"KPLANE_PLANE_BOOTSTRAP"},
-				Usage: "RBAC a new plane starts with: minimal (cluster-admin, admin, edit, view, discovery roles) or full (the upstream bootstrap policy)"},
-			&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
-				Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
-			&cli.BoolFlag{Name: "disable-controllers", Destination: &o.DisableControllers, EnvVars: []string{"KPLANE_DISABLE_CONTROLLERS"},
-				Usage: "run no generic controllers (namespace deletion, garbage collection, default service accounts, ClusterRole aggregation): planes are API and storage only"},
-			&cli.BoolFlag{Name: "simulation", Value: o.Simulation, Destination: &o.Simulation, EnvVars: []string{"KPLANE_SIMULATION"},
-				Usage: "run workloads in every plane: upstream deployment, replicaset, job, cronjob, ttl-after-finished and endpointslice controllers, simulated nodes, scheduler and kubelet (false: planes are an API only and pods never run)"},
-			&cli.IntFlag{Name: "simulation-nodes", Value: o.SimulationNodes, Destination: &o.SimulationNodes, EnvVars: []string{"KPLANE_SIMULATION_NODES"},
-				Usage: "simulated nodes each plane gets when its first pod needs one"},
-			&cli.StringFlag{Name: "simulation-node-cpu", Value: o.SimulationNodeCPU, Destination: &o.SimulationNodeCPU, EnvVars: []string{"KPLANE_SIMULATION_NODE_CPU"},
-				Usage: "allocatable cpu of each simulated node"},
-			&cli.StringFlag{Name: "simulation-node-memory", Value: o.SimulationNodeMemory, Destination: &o.SimulationNodeMemory, EnvVars: []string{"KPLANE_SIMULATION_NODE_MEMORY"},
-				Usage: "allocatable memory of each simulated node"},
-			&cli.IntFlag{Name: "simulation-node-pods", Value: o.SimulationNodePods, Destination: &o.SimulationNodePods, EnvVars: []string{"KPLANE_SIMULATION_NODE_PODS"},
-				Usage: "pods each simulated node holds"},
-			&cli.DurationFlag{Name: "simulation-run-duration", Value: o.SimulationRunDuration, Destination: &o.SimulationRunDuration, EnvVars: []string{"KPLANE_SIMULATION_RUN_DURATION"},
-				Usage: "how long a run-to-completion pod (restartPolicy Never or OnFailure) runs before it succeeds; a pod's kplane.dev/run-duration annotation overrides it"},
-			&cli.IntFlag{Name: "v", Value: 0, Destination: &klogVerbosity, EnvVars: []string{"KPLANE_V"},
-				Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
-			&cli.StringFlag{Name: "log-format", Value: o.LogFormat, Destination: &o.LogFormat, EnvVars: []string{"KPLANE_LOG_FORMAT"},
-				Usage: "text or json (every line, the Kubernetes components' included)"},
-			&cli.StringFlag{Name: "manifests-dir", Destination: &o.ManifestsDir, EnvVars: []string{"KPLANE_MANIFESTS_DIR"},
-				Usage: "directory of manifests applied at start and on change; default <data-dir>/manifests"},
-			&cli.IntFlag{Name: "metrics-top-planes", Value: o.MetricsTopPlanes, Destination: &o.MetricsTopPlanes, EnvVars: []string{"KPLANE_METRICS_TOP_PLANES"},
-				Usage: "how many of the busiest planes get a request series of their own on /metrics"},
-			&cli.DurationFlag{Name: "metrics-window", Value: o.MetricsWindow, Destination: &o.MetricsWindow, EnvVars: []string{"KPLANE_METRICS_WINDOW"},
-				Usage: "period over which planes are ranked for /metrics"},
-			&cli.IntFlag{Name: "snapshot-max-streams-per-user", Value: o.SnapshotMaxStreamsPerUser, Destination: &o.SnapshotMaxStreamsPerUser, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAMS_PER_USER"},
-				Usage: "the most snapshot delta streams one user of a plane holds open at once; past it 429 (0: no limit)"},
-			&cli.IntFlag{Name: "snapshot-max-streams", Value: o.SnapshotMaxStreams, Destination: &o.SnapshotMaxStreams, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAMS"},
-				Usage: "the most snapshot delta streams the server holds open at once; past it 429 (0: no limit)"},
-			&cli.DurationFlag{Name: "snapshot-max-stream-timeout", Value: o.SnapshotMaxStreamTimeout, Destination: &o.SnapshotMaxStreamTimeout, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAM_TIMEOUT"},
-				Usage: "longest a snapshot delta stream runs; a stream's timeoutSeconds can only shorten it"},
-		},
+		Flags: o.Flags(),
 		Action: func(c *cli.Context) error {
-			o.TLSSANs = c.StringSlice("tls-san")
-			if err := logging.Setup(logging.Options{Level: logLevel, Format: o.LogFormat, Verbosity: klogVerbosity}); err != nil {
+			if err := logging.Setup(logging.Options{Level: o.LogLevel, Format: o.LogFormat, Verbosity: o.Verbosity}); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)

@@ -50,3 +50,25 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("etcd: got %v", err)
 	}
 }
+
+// Exactly one driver claims each endpoint form, so the order of the list
+// decides nothing.
+func TestDriversDoNotOverlap(t *testing.T) {
+	for _, ep := range []string{"", "etcd", "http://127.0.0.1:2379", "https://a:2379,https://b:2379",
+		"postgres://u:p@localhost/k", "postgresql://localhost/k", "mysql://u:p@tcp(localhost:3306)/k", "sqlite:///tmp/x.db",
+		"foo", "ftp://x", "http://"} {
+		claimed := 0
+		for _, d := range drivers() {
+			if _, ok, _ := d.Kind(ep); ok {
+				claimed++
+			}
+		}
+		want := 1
+		if ep == "foo" || ep == "ftp://x" {
+			want = 0
+		}
+		if claimed != want {
+			t.Errorf("%q is claimed by %d drivers, want %d", ep, claimed, want)
+		}
+	}
+}

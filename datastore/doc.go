@@ -9,6 +9,9 @@
 //	"mysql://…"           kine over MySQL
 //	"sqlite://<path>"     kine over SQLite at an explicit path
 //
-// One package per driver sits behind it (kine, etcd); an unreachable or
-// malformed endpoint fails start-up with a one-line error naming it.
+// One package per driver sits behind it (kine, etcd), each recognizing its
+// own forms and starting what they name behind the datastore/driver
+// interface; this package holds the fixed list of drivers and asks them in
+// turn. An unreachable or malformed endpoint fails start-up with a one-line
+// error naming it.
 package datastore

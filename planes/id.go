@@ -48,3 +48,15 @@ func Path(id string) string {
 	}
 	return "/clusters/" + id + "/control-plane"
 }
+
+// BasePrefix starts the id of a base plane: the server's own template of
+// the bootstrap objects every plane made from nothing starts with. A dot
+// is not allowed in a plane id, so no request and no Plane can name one.
+const BasePrefix = "base."
+
+// BaseAnnotation on a Plane names the base plane it is made from. The
+// server sets it when the Plane is created; it never changes.
+const BaseAnnotation = "kplane.dev/base"
+
+// IsBase reports whether id is a base plane.
+func IsBase(id string) bool { return strings.HasPrefix(id, BasePrefix) }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 
 	"kplane.dev/kplane/datastore"
-	"kplane.dev/kplane/datastore/etcd"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
@@ -91,7 +90,7 @@ type CompletedConfig struct {
 	Certificates      *credentials.Renewer
 	AdminToken        string
 	ServiceAccountKey crypto.Signer
-	EtcdTLS           etcd.TLS
+	EtcdTLS           datastore.TLS
 	// dataDirLock is held while the process lives (lockDataDir).
 	dataDirLock *os.File
 }
@@ -116,7 +115,7 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	issued := []credentials.Issued{{CertFile: c.servingCert(), KeyFile: c.servingKey(), Leaf: credentials.Leaf{
 		CommonName: "kplane", Server: true, DNSNames: c.dnsSANs(), IPs: c.ipSANs(),
 	}}}
-	etcdTLS := etcd.TLS{
+	etcdTLS := datastore.TLS{
 		CAFile:         ca.CertFile,
 		ServerCertFile: filepath.Join(c.TLSDir, "etcd-server.crt"), ServerKeyFile: filepath.Join(c.TLSDir, "etcd-server.key"),
 		ClientCertFile: filepath.Join(c.TLSDir, "etcd-client.crt"), ClientKeyFile: filepath.Join(c.TLSDir, "etcd-client.key"),
@@ -220,6 +219,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		PlaneBootstrap:              policy,
+		PlaneBase:                   c.Options.PlaneBase,
 		MetricsTopPlanes:            c.Options.MetricsTopPlanes,
 		MetricsWindow:               c.Options.MetricsWindow,
 		ManifestsDir:                c.ManifestsDir,

@@ -64,6 +64,9 @@ type Options struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
+	// PlaneBase makes new planes made from nothing layers over one base
+	// plane of the bootstrap objects instead of copies of them.
+	PlaneBase bool
 
 	// AdminToken, when set, is the admin token of a new token file instead
 	// of a generated one: a client that cannot read the data dir (a CI job
@@ -79,6 +82,10 @@ type Options struct {
 
 	// LogFormat is text or json; the start banner follows it.
 	LogFormat string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// Verbosity is klog's -v for the Kubernetes components' logs.
+	Verbosity int
 
 	// SnapshotMaxStreamsPerUser and SnapshotMaxStreams bound the open
 	// snapshot delta streams per user of a plane and server-wide (0: no
@@ -106,9 +113,11 @@ func NewOptions() *Options {
 		SimulationNodePods:          110,
 		SimulationRunDuration:       time.Second,
 		PlaneBootstrap:              "minimal",
+		PlaneBase:                   true,
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",
+		LogLevel:                    "info",
 		SnapshotMaxStreamsPerUser:   snapshot.DefaultMaxStreamsPerUser,
 		SnapshotMaxStreams:          snapshot.DefaultMaxStreams,
 		SnapshotMaxStreamTimeout:    snapshot.DefaultMaxStreamTimeout,

@@ -25,6 +25,9 @@ import (
 // across every plane (*planes/storage.Store).
 type source interface {
 	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
+	// LayerEvent tells an event of a plane's own records as the plane's
+	// clients see it (a plane made from a template stores only changes).
+	LayerEvent(ctx context.Context, plane string, ev watch.Event) (watch.Event, bool)
 	Resource() schema.GroupResource
 	ResourcePrefix() string
 	Gone() <-chan struct{}
@@ -390,7 +393,13 @@ func (tp *tap) handleLocked(ev watch.Event) bool {
 		tp.at.Store(rv)
 		return true
 	}
-	e := tapEvent{rv: rv, plane: planes.OfObject(ev.Object), typ: ev.Type, obj: ev.Object}
+	plane := planes.OfObject(ev.Object)
+	ev, keep := tp.src.LayerEvent(context.Background(), plane, ev)
+	if !keep {
+		tp.at.Store(rv)
+		return true
+	}
+	e := tapEvent{rv: rv, plane: plane, typ: ev.Type, obj: ev.Object}
 	if _, ok := ev.Object.(runtime.CacheableObject); !ok {
 		// An event from the cache's history carries a copy of the object
 		// without the cache's serialization cache: the streams it reaches

@@ -50,8 +50,13 @@ func (f *feed) Watch(_ context.Context, _ string, opts storage.ListOptions) (wat
 }
 
 func (f *feed) Resource() schema.GroupResource { return schema.GroupResource{Resource: "configmaps"} }
-func (f *feed) ResourcePrefix() string         { return "/configmaps" }
-func (f *feed) Gone() <-chan struct{}          { return f.gone }
+
+// LayerEvent: the feed's planes are made from nothing.
+func (f *feed) LayerEvent(_ context.Context, _ string, ev watch.Event) (watch.Event, bool) {
+	return ev, true
+}
+func (f *feed) ResourcePrefix() string { return "/configmaps" }
+func (f *feed) Gone() <-chan struct{}  { return f.gone }
 
 func (f *feed) current() *watch.FakeWatcher {
 	f.mu.Lock()

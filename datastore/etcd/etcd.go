@@ -15,19 +15,14 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-)
 
-// TLS holds the certificates of the embedded etcd.
-type TLS struct {
-	CAFile                        string
-	ServerCertFile, ServerKeyFile string
-	ClientCertFile, ClientKeyFile string
-}
+	"kplane.dev/kplane/datastore/driver"
+)
 
 // Config configures the embedded etcd.
 type Config struct {
 	DataDir      string
-	TLS          TLS
+	TLS          driver.TLS
 	StartTimeout time.Duration
 }
 

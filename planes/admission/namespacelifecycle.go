@@ -24,23 +24,6 @@ type NamespaceGetter interface {
 	GetNamespace(ctx context.Context, name, resourceVersion string) (*api.Namespace, error)
 }
 
-// LateNamespaceGetter lets the plugin be built before the namespace registry
-// exists (admission is configured before the APIs are installed).
-type LateNamespaceGetter struct {
-	getter NamespaceGetter
-}
-
-// Set binds the getter; requests admitted before it is bound are refused.
-func (l *LateNamespaceGetter) Set(g NamespaceGetter) { l.getter = g }
-
-// GetNamespace implements NamespaceGetter.
-func (l *LateNamespaceGetter) GetNamespace(ctx context.Context, name, rv string) (*api.Namespace, error) {
-	if l.getter == nil {
-		return nil, apierrors.NewServiceUnavailable("namespace registry not yet ready")
-	}
-	return l.getter.GetNamespace(ctx, name, rv)
-}
-
 var namespaceKind = schema.GroupKind{Kind: "Namespace"}
 
 // accessReviewResources may be created in any namespace state: answering

@@ -32,34 +32,35 @@ type PlaneCounter interface {
 	CheckTemplate(plane, template string) error
 	// Dependents returns the planes made from plane.
 	Dependents(plane string) []string
+	// CheckSource reports why plane cannot be cloned from source.
+	CheckSource(plane, source string) error
+	// TemplateOf returns the template plane is made from ("" for none).
+	TemplateOf(plane string) string
+	// BaseOf returns the base plane plane stands on ("" for none).
+	BaseOf(plane string) string
+	// Base is the base plane new planes made from nothing stand on.
+	Base() string
 }
 
-// LatePlaneCounter lets the plugin exist before the lifecycle manager.
-type LatePlaneCounter struct{ PlaneCounter }
+// noPlanes is the counter of a server whose plane manager does not exist
+// yet: no planes, so no templates and no dependents.
+type noPlanes struct{}
 
-// Count implements PlaneCounter; 0 until bound.
-func (l *LatePlaneCounter) Count() int {
-	if l.PlaneCounter == nil {
-		return 0
-	}
-	return l.PlaneCounter.Count()
+func (noPlanes) Count() int { return 0 }
+func (noPlanes) CheckTemplate(_, template string) error {
+	return fmt.Errorf("plane %s does not exist", template)
 }
+func (noPlanes) Dependents(string) []string { return nil }
+func (noPlanes) CheckSource(_, source string) error {
+	return fmt.Errorf("plane %s does not exist", source)
+}
+func (noPlanes) TemplateOf(string) string { return "" }
 
-// CheckTemplate implements PlaneCounter; no template exists until bound.
-func (l *LatePlaneCounter) CheckTemplate(plane, template string) error {
-	if l.PlaneCounter == nil {
-		return fmt.Errorf("plane %s does not exist", template)
-	}
-	return l.PlaneCounter.CheckTemplate(plane, template)
-}
+func (noPlanes) BaseOf(string) string { return "" }
 
-// Dependents implements PlaneCounter.
-func (l *LatePlaneCounter) Dependents(plane string) []string {
-	if l.PlaneCounter == nil {
-		return nil
-	}
-	return l.PlaneCounter.Dependents(plane)
-}
+// Base: until the manager is bound new planes stand on nothing and hold
+// copies of the bootstrap.
+func (noPlanes) Base() string { return "" }
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
@@ -74,10 +75,18 @@ type Planes struct {
 var _ admission.MutationInterface = &Planes{}
 var _ admission.ValidationInterface = &Planes{}
 
-// NewPlanes returns the plugin. maxPlanes 0 means no limit.
-func NewPlanes(finalizer string, maxPlanes int, counter PlaneCounter) *Planes {
-	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Delete),
-		finalizer: finalizer, maxPlanes: maxPlanes, counter: counter}
+// NewPlanes returns the plugin. maxPlanes 0 means no limit. Admission is
+// configured before the APIs the plane manager is built on, so the manager
+// is bound with SetPlaneCounter once it exists; until then no plane exists.
+func NewPlanes(finalizer string, maxPlanes int) *Planes {
+	return &Planes{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete),
+		finalizer: finalizer, maxPlanes: maxPlanes, counter: noPlanes{}}
+}
+
+// SetPlaneCounter binds the plane manager. It is called once, before the
+// server serves.
+func (p *Planes) SetPlaneCounter(counter PlaneCounter) {
+	p.counter = counter
 }
 
 // Factory returns an admission.Factory that always yields p.
@@ -90,7 +99,8 @@ func (p *Planes) applies(ctx context.Context, a admission.Attributes) bool {
 	return plane == planes.Root && a.GetResource().GroupResource() == planesResource && a.GetSubresource() == ""
 }
 
-// Admit adds the cleanup finalizer to new Planes.
+// Admit adds the cleanup finalizer to new Planes and gives a clone its
+// source's template.
 func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(ctx, a) || a.GetOperation() != admission.Create {
 		return nil
@@ -99,6 +109,10 @@ func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if err != nil {
 		return err
 	}
+	if err := p.admitClone(a); err != nil {
+		return err
+	}
+	p.admitBase(a)
 	for _, f := range accessor.GetFinalizers() {
 		if f == p.finalizer {
 			return nil
@@ -108,12 +122,89 @@ func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	return nil
 }
 
+// admitClone makes a clone (spec.from) start over its source's template:
+// the source's own records are copied, the template's are shared. A clone
+// names no template of its own.
+func (p *Planes) admitClone(a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	source, _, _ := unstructured.NestedString(u.Object, "spec", "from")
+	if source == "" {
+		return nil
+	}
+	if template, _, _ := unstructured.NestedString(u.Object, "spec", "template"); template != "" {
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "template"), template,
+			"a clone is made from its source's template: set spec.from or spec.template, not both"))
+	}
+	if err := p.counter.CheckSource(a.GetName(), source); err != nil {
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "from"), source, err.Error()))
+	}
+	if template := p.counter.TemplateOf(source); template != "" {
+		return unstructured.SetNestedField(u.Object, template, "spec", "template")
+	}
+	return nil
+}
+
+// admitBase puts a plane made from nothing on the server's base plane, so
+// that it stores only what it changes: a clone stands on its source's
+// base, a member of a template on none of its own. What a client wrote in
+// the annotation is replaced.
+func (p *Planes) admitBase(a admission.Attributes) {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok || a.GetName() == planes.Root {
+		return
+	}
+	annotations := u.GetAnnotations()
+	delete(annotations, planes.BaseAnnotation)
+	base := ""
+	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
+	source, _, _ := unstructured.NestedString(u.Object, "spec", "from")
+	switch {
+	case template != "":
+	case source != "":
+		base = p.counter.BaseOf(source)
+	default:
+		base = p.counter.Base()
+	}
+	if base != "" {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[planes.BaseAnnotation] = base
+	}
+	u.SetAnnotations(annotations)
+}
+
+// validateBase keeps the base annotation as the server set it: a plane's
+// objects are layers over that base.
+func validateBase(a admission.Attributes) error {
+	newObj, ok1 := a.GetObject().(*unstructured.Unstructured)
+	oldObj, ok2 := a.GetOldObject().(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	was, is := oldObj.GetAnnotations()[planes.BaseAnnotation], newObj.GetAnnotations()[planes.BaseAnnotation]
+	if was == is {
+		return nil
+	}
+	return invalidPlane(a.GetName(), field.Invalid(field.NewPath("metadata", "annotations").Key(planes.BaseAnnotation), is,
+		"set by the server when the Plane is created; it cannot change"))
+}
+
+func invalidPlane(name string, errs ...*field.Error) error {
+	return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, name, errs)
+}
+
 // Validate checks names, the plane limit and root's protection.
 func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(ctx, a) {
 		return nil
 	}
 	switch a.GetOperation() {
+	case admission.Update:
+		return validateBase(a)
 	case admission.Delete:
 		if a.GetName() == planes.Root {
 			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf("the root plane cannot be deleted"))
@@ -125,8 +216,7 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 	case admission.Create:
 		if err := planes.ValidateID(a.GetName()); err != nil {
-			return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
-				field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), a.GetName(), err.Error())})
+			return invalidPlane(a.GetName(), field.Invalid(field.NewPath("metadata", "name"), a.GetName(), err.Error()))
 		}
 		if p.maxPlanes > 0 && a.GetName() != planes.Root && p.counter.Count() >= p.maxPlanes {
 			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf(
@@ -150,8 +240,7 @@ func (p *Planes) validateTemplate(a admission.Attributes) error {
 		return nil
 	}
 	if err := p.counter.CheckTemplate(a.GetName(), template); err != nil {
-		return apierrors.NewInvalid(schema.GroupKind{Group: planesResource.Group, Kind: "Plane"}, a.GetName(),
-			field.ErrorList{field.Invalid(field.NewPath("spec", "template"), template, err.Error())})
+		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "template"), template, err.Error()))
 	}
 	return nil
 }

@@ -26,7 +26,8 @@ func Issuer(externalURL, plane string) string {
 }
 
 // ServiceAccountRegistries reads the objects a service-account token may be
-// bound to, in the plane of the context.
+// bound to, in the plane of the context. The authenticator is built before
+// the APIs are installed, so these read through storage that exists first.
 type ServiceAccountRegistries struct {
 	ServiceAccounts rest.Getter
 	Pods            rest.Getter
@@ -44,7 +45,7 @@ type ServiceAccountTokens struct {
 }
 
 // NewServiceAccountTokens verifies tokens signed by key.
-func NewServiceAccountTokens(externalURL string, key crypto.Signer, audiences authenticator.Audiences, regs *ServiceAccountRegistries) (*ServiceAccountTokens, error) {
+func NewServiceAccountTokens(externalURL string, key crypto.Signer, audiences authenticator.Audiences, regs ServiceAccountRegistries) (*ServiceAccountTokens, error) {
 	keys, err := serviceaccount.StaticPublicKeysGetter([]interface{}{key.Public()})
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func (s *ServiceAccountTokens) AuthenticateToken(ctx context.Context, token stri
 }
 
 // tokenGetter reads the objects a token names from the plane of ctx.
-type tokenGetter struct{ regs *ServiceAccountRegistries }
+type tokenGetter struct{ regs ServiceAccountRegistries }
 
 func get[T runtime.Object](ctx context.Context, g rest.Getter, resource, name string, out T) (T, error) {
 	var zero T

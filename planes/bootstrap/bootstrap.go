@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,6 +62,7 @@ type Config struct {
 type Bootstrapper struct {
 	config Config
 	policy policyObjectList
+	base   string
 
 	known sync.Map // plane id -> struct{}
 	group singleflight.Group
@@ -68,7 +70,9 @@ type Bootstrapper struct {
 
 // New returns a Bootstrapper.
 func New(config Config) *Bootstrapper {
-	return &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
+	b := &Bootstrapper{config: config, policy: policyObjects(config.Policy)}
+	b.base = b.baseID()
+	return b
 }
 
 // Known reports whether plane was bootstrapped by this process.
@@ -95,8 +99,16 @@ func (b *Bootstrapper) Ensure(ctx context.Context, plane string) error {
 		// (no user, no namespace) that happened to trigger the bootstrap.
 		bctx, cancel := context.WithTimeout(planes.WithPlane(genericapirequest.NewContext(), plane), 30*time.Second)
 		defer cancel()
-		if err := b.bootstrap(bctx); err != nil {
+		w := &writes{}
+		if err := b.bootstrap(bctx, w); err != nil {
 			return nil, fmt.Errorf("bootstrapping plane %q: %w", plane, err)
+		}
+		if planes.IsBase(plane) {
+			// Planes on the base read it from the watch caches: they must
+			// hold what was just written before any plane is served.
+			if err := w.awaitCaches(bctx, b.config.Stores); err != nil {
+				return nil, fmt.Errorf("waiting for the caches of plane %q: %w", plane, err)
+			}
 		}
 		b.known.Store(plane, struct{}{})
 		return nil, nil
@@ -109,38 +121,41 @@ func (b *Bootstrapper) Ensure(ctx context.Context, plane string) error {
 	}
 }
 
-func (b *Bootstrapper) bootstrap(ctx context.Context) error {
+func (b *Bootstrapper) bootstrap(ctx context.Context, w *writes) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, name := range SystemNamespaces {
-		g.Go(func() error { return b.ensureNamespace(gctx, name) })
+		g.Go(func() error { return b.ensureNamespace(gctx, w, name) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	g, gctx = errgroup.WithContext(ctx)
-	g.Go(func() error { return b.write(gctx, "services", b.kubernetesService()) })
+	g.Go(func() error { return b.write(gctx, w, "services", b.kubernetesService()) })
 	for _, ns := range SystemNamespaces {
-		g.Go(func() error { return b.write(gctx, "configmaps", b.rootCA(ns)) })
+		g.Go(func() error { return b.write(gctx, w, "configmaps", b.rootCA(ns)) })
 		// The service-account controller would create it moments later;
 		// written here, a ready plane accepts Pods at once.
-		g.Go(func() error { return b.write(gctx, "serviceaccounts", defaultServiceAccount(ns)) })
+		g.Go(func() error { return b.write(gctx, w, "serviceaccounts", defaultServiceAccount(ns)) })
 	}
 	for _, obj := range b.policy.all() {
-		g.Go(func() error { return b.write(gctx, obj.resource, obj.object) })
+		g.Go(func() error { return b.write(gctx, w, obj.resource, obj.object) })
 	}
 	return g.Wait()
 }
 
-func (b *Bootstrapper) ensureNamespace(ctx context.Context, name string) error {
+func (b *Bootstrapper) ensureNamespace(ctx context.Context, w *writes, name string) error {
 	if _, err := b.config.Namespaces.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"}); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
 	ns := &api.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	_, err := b.config.Namespaces.Create(createContext(ctx, "", "namespaces", name), ns, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	created, err := b.config.Namespaces.Create(createContext(ctx, "", "namespaces", name), ns, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
+	}
+	if err == nil {
+		w.add("namespaces", created)
 	}
 	return err
 }
@@ -187,7 +202,7 @@ func (b *Bootstrapper) rootCA(namespace string) runtime.Object {
 // write stores a versioned object straight into the plane's storage unless
 // it is there: bootstrap objects are the server's own and need no
 // admission; going around the registries keeps a plane's birth cheap.
-func (b *Bootstrapper) write(ctx context.Context, resource string, versioned runtime.Object) error {
+func (b *Bootstrapper) write(ctx context.Context, w *writes, resource string, versioned runtime.Object) error {
 	s := b.config.Stores(resource)
 	if s == nil {
 		return fmt.Errorf("no storage for %s", resource)
@@ -209,9 +224,13 @@ func (b *Bootstrapper) write(ctx context.Context, resource string, versioned run
 		return nil
 	}
 	rest.FillObjectMetaSystemFields(accessor)
-	err = s.Create(ctx, key, internal, s.New(), 0)
+	out := s.New()
+	err = s.Create(ctx, key, internal, out, 0)
 	if storage.IsExist(err) {
 		return nil
+	}
+	if err == nil {
+		w.add(resource, out)
 	}
 	return err
 }
@@ -227,4 +246,48 @@ func createContext(ctx context.Context, namespace, resource, name string) contex
 	return genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{
 		IsResourceRequest: true, Verb: "create", APIVersion: "v1", Resource: resource, Name: name, Namespace: namespace,
 	})
+}
+
+// writes are the newest resourceVersions a bootstrap wrote, per resource.
+type writes struct {
+	mu     sync.Mutex
+	newest map[string]string
+}
+
+func (w *writes) add(resource string, obj runtime.Object) {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	rv, err := strconv.ParseUint(accessor.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.newest == nil {
+		w.newest = map[string]string{}
+	}
+	if old, _ := strconv.ParseUint(w.newest[resource], 10, 64); rv > old {
+		w.newest[resource] = strconv.FormatUint(rv, 10)
+	}
+}
+
+// awaitCaches returns once the watch cache of every resource written holds
+// the newest write: a list not older than it waits for the cache.
+func (w *writes) awaitCaches(ctx context.Context, stores func(resource string) *planestorage.Store) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for resource, rv := range w.newest {
+		s := stores(resource)
+		if s == nil || !s.Cached() {
+			continue
+		}
+		err := s.GetList(ctx, s.ResourcePrefix(), storage.ListOptions{ResourceVersion: rv,
+			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Recursive: true, Predicate: storage.Everything}, s.NewList())
+		if err != nil {
+			return fmt.Errorf("%s at resourceVersion %s: %w", resource, rv, err)
+		}
+	}
+	return nil
 }

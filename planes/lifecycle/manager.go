@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,6 +54,9 @@ const (
 type Bootstrapper interface {
 	Ensure(ctx context.Context, plane string) error
 	Forget(plane string)
+	// BaseID is the base plane new planes made from nothing are layers
+	// over; Ensure of it writes the bootstrap objects there.
+	BaseID() string
 }
 
 // Forgetter drops what a component keeps for a deleted plane.
@@ -79,6 +83,9 @@ type Config struct {
 	Forget []Forgetter
 	// StatusInterval is how often object counts are written to status.
 	StatusInterval time.Duration
+	// CopyBootstrap makes new planes made from nothing write their own
+	// copy of the bootstrap objects instead of standing on the base plane.
+	CopyBootstrap bool
 }
 
 // state is what the manager knows of one plane.
@@ -107,6 +114,13 @@ type state struct {
 	// resetRevision is the datastore revision of the plane's last reset
 	// (ResetRevisionAnnotation).
 	resetRevision uint64
+	// from is the plane this one was cloned from (spec.from); cloned is set
+	// once this process copied it.
+	from   string
+	cloned bool
+	// base is the base plane (planes.BaseAnnotation) the plane stands on
+	// when it has no template.
+	base string
 }
 
 // Manager keeps the planes.
@@ -123,6 +137,8 @@ type Manager struct {
 	dependents map[string]map[string]struct{}
 	// held are the planes held for a reset.
 	held map[string]*resetHold
+	// clones shares one clone among the requests waiting for it.
+	clones singleflight.Group
 }
 
 // New returns a manager; Run starts it.
@@ -193,6 +209,8 @@ func (m *Manager) observe(obj any) {
 		s.terminating = true
 		s.phase = Terminating
 	}
+	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
+	s.base = u.GetAnnotations()[planes.BaseAnnotation]
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
 	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
@@ -231,15 +249,21 @@ func (m *Manager) setTemplateLocked(name string, s *state, template string) {
 	}
 }
 
-// Template implements planes/storage.Layers.
+// Template implements planes/storage.Layers: the plane's template, or
+// the base plane it stands on.
 func (m *Manager) Template(plane string) (string, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := m.state[plane]
-	if s == nil || s.template == "" {
+	switch {
+	case s == nil:
 		return "", false
+	case s.template != "":
+		return s.template, true
+	case s.base != "":
+		return s.base, true
 	}
-	return s.template, true
+	return "", false
 }
 
 // ResetRevision implements planes/storage.Layers.
@@ -390,10 +414,11 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 		return err
 	}
 	m.setPhase(name, Ready)
-	return m.writeStatus(ctx, name, map[string]any{
-		"phase": string(Ready), "bootstrappedAt": time.Now().UTC().Format(time.RFC3339),
-		"objectCount": m.config.Counts.Plane(name),
-	})
+	return m.writeStatus(ctx, name, readyStatus(m.config.Counts.Plane(name)))
+}
+
+func readyStatus(objects int64) map[string]any {
+	return map[string]any{"phase": string(Ready), "bootstrappedAt": time.Now().UTC().Format(time.RFC3339), "objectCount": objects}
 }
 
 func (m *Manager) setPhase(name string, phase Phase) {
@@ -503,12 +528,19 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 	return nil
 }
 
-// ensure gives a new plane what it starts with: its template's state
-// (nothing to write) or the bootstrap.
+// ensure gives a new plane what it starts with: its source's state (a
+// clone), its template's state (nothing to write) or the bootstrap.
 func (m *Manager) ensure(ctx context.Context, plane string) error {
+	if source, ok := m.Source(plane); ok {
+		return m.clone(ctx, plane, source)
+	}
 	template, ok := m.Template(plane)
-	if !ok {
+	switch {
+	case !ok:
 		return m.config.Bootstrapper.Ensure(ctx, plane)
+	case planes.IsBase(template):
+		// Written once per process, shared by every plane on it.
+		return m.config.Bootstrapper.Ensure(ctx, template)
 	}
 	if phase, exists := m.Phase(template); !exists || phase != Ready {
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("plane %s waits for its template %s to be ready", plane, template))

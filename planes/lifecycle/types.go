@@ -15,11 +15,14 @@ type Plane struct {
 	Status            PlaneStatus `json:"status,omitempty"`
 }
 
-// PlaneSpec holds a Plane's settings. Both are fixed at creation.
+// PlaneSpec holds a Plane's settings, all fixed at creation.
 type PlaneSpec struct {
 	// Template is the plane this plane starts as. The plane stores only
 	// what it changes; the template is read-only while planes use it.
 	Template string `json:"template,omitempty"`
+	// From is the plane this plane is a clone of: it starts as that
+	// plane's state at its creation, over the same template.
+	From string `json:"from,omitempty"`
 }
 
 // PlaneStatus is what the lifecycle reports.

@@ -206,8 +206,16 @@ func (s *Store) getListLayered(ctx context.Context, plane string, chain []string
 		}
 		start = from
 		own.ResourceVersion, own.ResourceVersionMatch = fmt.Sprint(rv), metav1.ResourceVersionMatchExact
+		if rv < 0 {
+			// A token handed out for a compacted revision: continue at the
+			// newest one.
+			own.ResourceVersion, own.ResourceVersionMatch = "", ""
+		}
 	}
 	keys, view, rv, err := s.merged(ctx, plane, chain, key, own)
+	if pred.Continue != "" && apierrors.IsResourceExpired(err) {
+		return continueCompacted(start, prefix)
+	}
 	if err != nil {
 		return err
 	}
@@ -253,6 +261,27 @@ func (s *Store) getListLayered(ctx context.Context, plane string, chain []string
 		listMeta.SetRemainingItemCount(&remaining)
 	}
 	return nil
+}
+
+// inconsistentContinue is upstream's answer (k8s.io/apiserver storage/etcd3)
+// to a continue token whose revision was compacted.
+const inconsistentContinue = "The provided continue parameter is too old to display a consistent list result. " +
+	"You can start a new list without the continue parameter, or use the continue token in this response to " +
+	"retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - " +
+	"objects that were created, modified, or deleted between the time the first chunk was returned and now may " +
+	"show up in the list."
+
+// continueCompacted answers a continue token whose revision is compacted
+// as upstream does: 410 with a token that continues from the same key at
+// the newest revision (-1).
+func continueCompacted(start, prefix string) error {
+	token, err := storage.EncodeContinue(start, prefix, -1)
+	if err != nil {
+		return apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+	}
+	expired := apierrors.NewResourceExpired(inconsistentContinue)
+	expired.ErrStatus.ListMeta.Continue = token
+	return expired
 }
 
 // getSingleAsList serves a list of one named object (a field selector on

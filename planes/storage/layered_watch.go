@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -48,17 +46,17 @@ func (s *Store) watchLayered(ctx context.Context, plane string, chain []string, 
 	inner := opts
 	inner.ResourceVersion, inner.SendInitialEvents = from, nil
 	inner.ResourceVersionMatch = ""
-	inner.Predicate = planePredicate(storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(),
-		GetAttrs: pred.GetAttrs, AllowWatchBookmarks: pred.AllowWatchBookmarks}, plane)
+	// The cache applies the selectors to the plane's records as it does
+	// for any watch: a record that starts matching is ADDED, one that stops
+	// is DELETED with its previous content. Tombstones keep the deleted
+	// object's last state, so they match as it did.
+	inner.Predicate = planePredicate(pred, plane)
 	w, err := s.Interface.Watch(ctx, scoped, inner)
 	if err != nil {
 		return nil, err
 	}
 	lw := &layeredWatch{store: s, plane: plane, chain: chain, pred: pred, inner: w,
 		result: make(chan watch.Event), done: make(chan struct{})}
-	if !pred.Empty() {
-		lw.sent = map[string]bool{}
-	}
 	var end runtime.Object
 	if sendInitial && pred.AllowWatchBookmarks {
 		end = s.newFunc()
@@ -91,10 +89,6 @@ type layeredWatch struct {
 	inner  watch.Interface
 	result chan watch.Event
 	done   chan struct{}
-	// sent holds the keys a selector watch has told its client about, so
-	// that an object that stops matching is DELETED for it (nil without
-	// selectors).
-	sent map[string]bool
 }
 
 func (w *layeredWatch) ResultChan() <-chan watch.Event { return w.result }
@@ -113,11 +107,6 @@ func (w *layeredWatch) run(ctx context.Context, initial []runtime.Object, end ru
 	for _, obj := range initial {
 		if !w.send(watch.Event{Type: watch.Added, Object: obj}) {
 			return
-		}
-		if w.sent != nil {
-			if k, err := w.store.objectKey(obj); err == nil {
-				w.sent[k] = true
-			}
 		}
 	}
 	if end != nil && !w.send(watch.Event{Type: watch.Bookmark, Object: end}) {
@@ -152,27 +141,58 @@ func (w *layeredWatch) send(ev watch.Event) bool {
 
 // translate tells a record's event as its plane's client sees it.
 func (w *layeredWatch) translate(ctx context.Context, ev watch.Event) (watch.Event, bool) {
+	return w.store.recordEvent(ctx, w.plane, w.chain, ev, w.pred, false)
+}
+
+// LayerEvent tells an event of plane's own records, from a cross-plane
+// watch without selectors, as plane's clients see it: false means the
+// event is no change to them. Events of a plane made from nothing are
+// what they are.
+func (s *Store) LayerEvent(ctx context.Context, plane string, ev watch.Event) (watch.Event, bool) {
+	chain := s.registry.chain(plane)
+	if len(chain) == 0 {
+		return ev, true
+	}
+	return s.recordEvent(ctx, plane, chain, ev, storage.Everything, true)
+}
+
+// recordEvent tells the event of a record of a plane made from chain, as
+// a watch with predicate pred reports it: a first override of an inherited
+// object the client may hold is MODIFIED, a tombstone is DELETED, an
+// object created again over one is ADDED, and a tombstone's removal is no
+// event. A DELETED event carries the record as it was: a tombstone's
+// DELETED (it stopped matching, or a reset removed it) tells nothing new.
+// With removals, the event comes from a watch without selectors, so a
+// DELETED is a record's removal (a reset): the inherited object, if any,
+// is back, MODIFIED.
+func (s *Store) recordEvent(ctx context.Context, plane string, chain []string, ev watch.Event, pred storage.SelectionPredicate, removals bool) (watch.Event, bool) {
 	if ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted {
 		return ev, true
 	}
 	state := layerState(ev.Object)
-	key, err := w.store.objectKey(ev.Object)
-	if err != nil {
-		return ev, true
-	}
 	typ := ev.Type
 	switch {
 	case ev.Type == watch.Deleted && state == LayerDeleted:
-		// A tombstone removed (the plane was reset): not a client's change.
 		return ev, false
 	case state == LayerDeleted:
 		typ = watch.Deleted
 	case state == LayerRecreated && ev.Type == watch.Modified:
 		typ = watch.Added
-	case ev.Type == watch.Added:
-		// The first record of an object the plane inherited changes it.
-		if below, err := w.store.inherited(ctx, w.chain, key); err == nil && below != nil && sameUID(below, ev.Object) {
-			typ = watch.Modified
+	case ev.Type == watch.Deleted && removals:
+		if back, ok := s.inheritedAgain(ctx, plane, chain, ev.Object); ok {
+			return watch.Event{Type: watch.Modified, Object: back}, true
+		}
+	case ev.Type == watch.Added && state == "":
+		// The first record of an object the plane inherited changes it,
+		// for a client that held it (it matched).
+		key, err := s.objectKey(ev.Object)
+		if err != nil {
+			return ev, true
+		}
+		if below, err := s.inherited(ctx, chain, key); err == nil && below != nil && sameUID(below, ev.Object) {
+			if matches, err := pred.Matches(below); err == nil && matches {
+				typ = watch.Modified
+			}
 		}
 	}
 	obj := ev.Object
@@ -182,42 +202,30 @@ func (w *layeredWatch) translate(ctx context.Context, ev watch.Event) (watch.Eve
 			return ev, true
 		}
 	}
-	return w.filter(watch.Event{Type: typ, Object: obj}, key)
+	return watch.Event{Type: typ, Object: obj}, true
 }
 
-// filter applies the watch's selectors: an object that starts matching is
-// ADDED, one that stops is DELETED. An object the watch has not told about
-// (it started from a resourceVersion) and that does not match is DELETED
-// too: the client may hold it.
-func (w *layeredWatch) filter(ev watch.Event, key string) (watch.Event, bool) {
-	if w.sent == nil {
-		return ev, true
-	}
-	matches, err := w.pred.Matches(ev.Object)
+// inheritedAgain is what plane serves at the key of a removed record:
+// the inherited object, at the removal's revision (followers keep their
+// place by it).
+func (s *Store) inheritedAgain(ctx context.Context, plane string, chain []string, removed runtime.Object) (runtime.Object, bool) {
+	key, err := s.objectKey(removed)
 	if err != nil {
-		return ev, false
+		return nil, false
 	}
-	known, told := w.sent[key]
-	switch {
-	case ev.Type == watch.Deleted:
-		delete(w.sent, key)
-		return ev, matches || (told && known)
-	case matches:
-		w.sent[key] = true
-		if told && known {
-			ev.Type = watch.Modified
-		} else if ev.Type != watch.Modified {
-			ev.Type = watch.Added
-		}
-		return ev, true
-	default:
-		delete(w.sent, key)
-		if ev.Type == watch.Added {
-			return ev, false
-		}
-		ev.Type = watch.Deleted
-		return ev, true
+	below, err := s.inherited(ctx, chain, key)
+	if err != nil || below == nil {
+		return nil, false
 	}
+	rv, err := s.Versioner().ObjectResourceVersion(removed)
+	if err != nil {
+		return nil, false
+	}
+	back := below.DeepCopyObject()
+	if served(back, plane) != nil || s.Versioner().UpdateObject(back, rv) != nil {
+		return nil, false
+	}
+	return back, true
 }
 
 func sameUID(a, b runtime.Object) bool {

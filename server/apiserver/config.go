@@ -8,23 +8,20 @@ import (
 	"net/http"
 	"time"
 
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
-	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	"k8s.io/apiserver/pkg/util/webhook"
-	"k8s.io/client-go/rest"
+	clientgoinformers "k8s.io/client-go/informers"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
@@ -36,19 +33,13 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/subjectrestriction"
 	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
 
-	"kplane.dev/kplane/fleet"
-	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/admission"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/planes/bootstrap"
-	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
-	"kplane.dev/kplane/planes/loopback"
-	"kplane.dev/kplane/planes/routing"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
-	"kplane.dev/kplane/server/autoapply"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
 )
@@ -99,6 +90,9 @@ type Config struct {
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
+	// PlaneBase: new planes made from nothing stand on the base plane of
+	// the bootstrap objects (false: each writes its own copy).
+	PlaneBase bool
 	// MetricsTopPlanes is how many planes get a request series of their
 	// own on /metrics; MetricsWindow is the period they are ranked over.
 	MetricsTopPlanes int
@@ -134,14 +128,11 @@ type completedConfig struct {
 	controlPlane controlplaneapiserver.CompletedConfig
 	options      cpoptions.CompletedOptions
 	storage      *planestorage.Registry
-	namespaces   *admission.LateNamespaceGetter
-	planeCount   *admission.LatePlaneCounter
-	saRegistries *auth.ServiceAccountRegistries
-	lifecycle    *lateLifecycle
-	crds         *lateCRDs
-	snapshots    *lateSnapshots
-	crdGetters   crdGetters
-	metrics      *kplanemetrics.Metrics
+	// planesAdmission guards Plane objects; New binds it to the plane
+	// manager.
+	planesAdmission *admission.Planes
+	crdGetters      crdGetters
+	metrics         *kplanemetrics.Metrics
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -150,10 +141,10 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err := setFeatureGates(); err != nil {
 		return CompletedConfig{}, err
 	}
-	namespaces := &admission.LateNamespaceGetter{}
-	planeCount := &admission.LatePlaneCounter{}
-	opts, err := c.upstreamOptions(namespaces, planeCount)
-	if err != nil {
+	stores := newPlaneStorage()
+	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
+	opts := c.upstreamOptions()
+	if err := registerAdmission(opts, stores, planesAdmission); err != nil {
 		return CompletedConfig{}, err
 	}
 	completed, err := opts.Complete(ctx, nil, nil)
@@ -172,65 +163,88 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
 	}
-
-	planeStorage := planestorage.NewRegistry()
-	// Watch caches share what is identical between planes: CRD schemas,
-	// RBAC rules.
-	planeStorage.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
-	rules := planestorage.NewInterner()
-	planeStorage.SetCacheTransform(rbacv1.Resource("clusterroles"), internRules(rules))
-	planeStorage.SetCacheTransform(rbacv1.Resource("roles"), internRules(rules))
-	genericConfig.RESTOptionsGetter = planeStorage.Wrap(genericConfig.RESTOptionsGetter)
-	saRegistries := &auth.ServiceAccountRegistries{}
-	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences, saRegistries)
-	if err != nil {
-		return CompletedConfig{}, err
-	}
-	// Like every upstream authenticator, the service-account one adds
-	// system:authenticated to the groups.
-	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: unionauth.New(
-		genericConfig.Authentication.Authenticator, group.NewAuthenticatedGroupAdder(bearertoken.New(saTokens)))}
-	rbac := auth.NewRBAC(func(resource string) *planestorage.Store {
-		return planeStorage.Storage(rbacv1.Resource(resource))
-	})
-	genericConfig.RuleResolver = rbac
-	if genericConfig.Authorization.Authorizer, err = newAuthorizer(c.AdminUser, rbac); err != nil {
+	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
+	if err := c.configureAuth(genericConfig, stores); err != nil {
 		return CompletedConfig{}, err
 	}
 	// A delta stream of a snapshot is a watch for every filter of the chain.
 	genericConfig.RequestInfoResolver = snapshot.RequestInfoResolver{Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}
-	planeLifecycle := &lateLifecycle{}
-	customResources := &lateCRDs{}
-	snapshots := &lateSnapshots{}
-	planeMetrics, err := kplanemetrics.New(kplanemetrics.Config{
-		TopPlanes: c.MetricsTopPlanes,
-		Window:    c.MetricsWindow,
-		Phases:    planeLifecycle.phases,
-		Exists:    planeLifecycle.exists,
-	})
-	if err != nil {
-		return CompletedConfig{}, err
-	}
-	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		handler := snapshots.filter(apiHandler)
-		handler = customResources.filter(handler)
-		// Counted after the lifecycle filter: only planes that exist get a
-		// counter.
-		handler = planeMetrics.Filter(handler)
-		handler = planeLifecycle.filter(handler, gc.Serializer)
-		handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
-		return routing.WithRouting(handler, gc.Serializer)
+	// The kplane filters of the chain are made of components that need the
+	// server itself (its handlers, discovery, OpenAPI): New builds the chain
+	// last, once they exist (handlerChain), so none is bound late.
+	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, _ *genericapiserver.Config) http.Handler {
+		return apiHandler
 	}
 	// Hooks that assume one cluster and have no plane-scoped equivalent.
 	genericConfig.DisabledPostStartHooks.Insert(
 		"start-kube-apiserver-identity-lease-garbage-collector",
 		"start-legacy-token-tracking-controller",
 	)
+	controlPlane, getters, err := controlPlaneConfig(completed, genericConfig, informers, storageFactory)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	planeMetrics, err := kplanemetrics.New(kplanemetrics.Config{TopPlanes: c.MetricsTopPlanes, Window: c.MetricsWindow})
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	return CompletedConfig{&completedConfig{
+		config:          c,
+		controlPlane:    controlPlane.Complete(),
+		options:         completed,
+		storage:         stores,
+		planesAdmission: planesAdmission,
+		metrics:         planeMetrics,
+		crdGetters:      getters,
+	}}, nil
+}
 
+// newPlaneStorage returns the storage registry every API is served from.
+// Watch caches share what is identical between planes: CRD schemas, RBAC
+// rules.
+func newPlaneStorage() *planestorage.Registry {
+	stores := planestorage.NewRegistry()
+	stores.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
+	rules := planestorage.NewInterner()
+	stores.SetCacheTransform(rbacv1.Resource("clusterroles"), internRules(rules))
+	stores.SetCacheTransform(rbacv1.Resource("roles"), internRules(rules))
+	return stores
+}
+
+// configureAuth replaces upstream authentication and authorization with
+// their plane-aware counterparts.
+func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *planestorage.Registry) error {
+	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences,
+		auth.ServiceAccountRegistries{
+			ServiceAccounts: storageGetter{stores: stores, resource: corev1.Resource("serviceaccounts"), namespaced: true},
+			Pods:            storageGetter{stores: stores, resource: corev1.Resource("pods"), namespaced: true},
+			Secrets:         storageGetter{stores: stores, resource: corev1.Resource("secrets"), namespaced: true},
+			Nodes:           storageGetter{stores: stores, resource: corev1.Resource("nodes")},
+		})
+	if err != nil {
+		return err
+	}
+	// Like every upstream authenticator, the service-account one adds
+	// system:authenticated to the groups.
+	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: unionauth.New(
+		genericConfig.Authentication.Authenticator, group.NewAuthenticatedGroupAdder(bearertoken.New(saTokens)))}
+	rbac := auth.NewRBAC(func(resource string) *planestorage.Store {
+		return stores.Storage(rbacv1.Resource(resource))
+	})
+	genericConfig.RuleResolver = rbac
+	genericConfig.Authorization.Authorizer, err = newAuthorizer(c.AdminUser, rbac)
+	return err
+}
+
+// controlPlaneConfig builds the upstream control-plane configuration and
+// takes the storage getters of the apiextensions configuration.
+func controlPlaneConfig(completed cpoptions.CompletedOptions, genericConfig *genericapiserver.Config,
+	informers clientgoinformers.SharedInformerFactory, storageFactory *serverstorage.DefaultStorageFactory,
+) (*controlplaneapiserver.Config, crdGetters, error) {
 	controlPlane, _, err := controlplaneapiserver.CreateConfig(completed, genericConfig, informers, nil, storageFactory,
 		webhook.NewDefaultServiceResolver(), nil)
 	if err != nil {
-		return CompletedConfig{}, fmt.Errorf("building control plane config: %w", err)
+		return nil, crdGetters{}, fmt.Errorf("building control plane config: %w", err)
 	}
 	// Every plane has an issuer of its own, so one server-wide issuer
 	// discovery document (/.well-known/openid-configuration) would be wrong
@@ -242,31 +256,17 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*genericConfig, informers, nil, completed, 1,
 		noServiceResolver{}, identityAuthResolverWrapper)
 	if err != nil {
-		return CompletedConfig{}, fmt.Errorf("building apiextensions config: %w", err)
+		return nil, crdGetters{}, fmt.Errorf("building apiextensions config: %w", err)
 	}
-
-	return CompletedConfig{&completedConfig{
-		config:       c,
-		controlPlane: controlPlane.Complete(),
-		options:      completed,
-		storage:      planeStorage,
-		namespaces:   namespaces,
-		planeCount:   planeCount,
-		saRegistries: saRegistries,
-		lifecycle:    planeLifecycle,
-		crds:         customResources,
-		metrics:      planeMetrics,
-		snapshots:    snapshots,
-		crdGetters: crdGetters{
-			crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
-			customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
-		},
-	}}, nil
+	return controlPlane, crdGetters{
+		crds:            apiExtensions.GenericConfig.RESTOptionsGetter,
+		customResources: apiExtensions.ExtraConfig.CRDRESTOptionsGetter,
+	}, nil
 }
 
 // upstreamOptions translates Config into the options kube-apiserver's
 // generic control plane is built from.
-func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCount admission.PlaneCounter) (*cpoptions.Options, error) {
+func (c *Config) upstreamOptions() *cpoptions.Options {
 	o := cpoptions.NewOptions()
 
 	o.SecureServing.BindAddress = c.BindAddress
@@ -306,16 +306,22 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Authentication.ServiceAccounts.KeyFiles = nil
 	o.Authorization.Modes = []string{"AlwaysAllow"}
 
-	// Admission: only plugins that are plane-safe as is, plus kplane's
-	// plane-aware NamespaceLifecycle. Plugins that read cluster state
-	// through informers would see the root plane only.
-	nsLifecycle := admission.NewNamespaceLifecycle(namespaces)
+	return o
+}
+
+// registerAdmission sets the admission plugins: only plugins that are
+// plane-safe as is, plus kplane's plane-aware ones. Plugins that read
+// cluster state through informers would see the root plane only.
+// Admission is configured before the APIs are installed: NamespaceLifecycle
+// reads namespaces through the storage registry, which exists first.
+func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes) error {
+	nsLifecycle := admission.NewNamespaceLifecycle(namespaceGetter{
+		storageGetter{stores: stores, resource: corev1.Resource("namespaces")}})
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
-	planesPlugin := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes, planeCount)
 	o.Admission.GenericAdmission.Plugins.Register(admission.PlanesPluginName, planesPlugin.Factory())
 	rootOwn, err := rootOwnGroups()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	crdGroups := admission.NewCRDGroups(builtinGroups(), rootOwn)
 	o.Admission.GenericAdmission.Plugins.Register(admission.CRDGroupsPluginName, crdGroups.Factory())
@@ -332,7 +338,7 @@ func (c *Config) upstreamOptions(namespaces admission.NamespaceGetter, planeCoun
 	o.Admission.GenericAdmission.DefaultOffPlugins = nil
 	o.Admission.GenericAdmission.EnablePlugins = nil
 	o.Admission.GenericAdmission.DisablePlugins = nil
-	return o, nil
+	return nil
 }
 
 func advertiseAddress(bind net.IP) net.IP {
@@ -340,212 +346,4 @@ func advertiseAddress(bind net.IP) net.IP {
 		return nil
 	}
 	return bind
-}
-
-// New builds the server: the upstream generic control plane with every
-// API group installed on plane-scoped storage.
-func (c CompletedConfig) New() (*Server, error) {
-	notFound := notfoundhandler.New(c.controlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
-	server, err := c.controlPlane.New("kplane", genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
-	if err != nil {
-		return nil, fmt.Errorf("creating apiserver: %w", err)
-	}
-
-	// In-process clients are not rate limited (client-go's default is 5
-	// requests per second): they serve every plane at once, and the
-	// server's max-in-flight limits bound them like any client.
-	loopbackConfig := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
-	loopbackConfig.QPS = -1
-	core := &coreProvider{
-		generic:    c.controlPlane.NewCoreGenericConfig(),
-		loopback:   loopback.Routed(loopbackConfig),
-		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
-		services:   servicesConfig(c.config),
-	}
-	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
-	if err != nil {
-		return nil, err
-	}
-	if err := server.InstallAPIs(providers...); err != nil {
-		return nil, fmt.Errorf("installing APIs: %w", err)
-	}
-	if err := installContract(server.GenericAPIServer.Handler.NonGoRestfulMux, c.controlPlane.Generic.Serializer); err != nil {
-		return nil, fmt.Errorf("installing the API contract: %w", err)
-	}
-
-	customResources, err := c.installCRDs(server.GenericAPIServer)
-	if err != nil {
-		return nil, err
-	}
-	c.crds.s.Store(customResources)
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		go customResources.Run(ctx)
-		select {
-		case <-customResources.HasSynced():
-		case <-ctx.Done():
-		}
-		return nil
-	})
-
-	c.namespaces.Set(namespaceGetter{core.registries.Namespaces})
-	c.saRegistries.ServiceAccounts = core.registries.ServiceAccounts
-	c.saRegistries.Pods = core.registries.Pods
-	c.saRegistries.Secrets = core.registries.Secrets
-	c.saRegistries.Nodes = core.registries.Nodes
-
-	boot := bootstrap.New(bootstrap.Config{
-		Namespaces:  core.registries.Namespaces,
-		Stores:      c.bootstrapStores,
-		CACert:      c.config.CACert,
-		ServiceIP:   firstServiceIP(c.config.ServiceClusterIPRange),
-		ServicePort: int32(c.config.Port),
-		Policy:      c.config.PlaneBootstrap,
-	})
-
-	generic, err := controllers.New(controllers.Config{
-		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("generic controllers: %w", err)
-	}
-
-	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
-	if err != nil {
-		return nil, fmt.Errorf("workload simulation: %w", err)
-	}
-	manager, err := lifecycle.New(lifecycle.Config{
-		Loopback:        loopbackConfig,
-		Bootstrapper:    boot,
-		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
-		Storage:         c.storage,
-		Counts:          planestorage.NewCounts(),
-		CustomResources: customResources,
-		Forget:          withSimulation([]lifecycle.Forgetter{core.registries.Services, customResources, generic, c.metrics}, sim),
-	})
-	if err != nil {
-		return nil, err
-	}
-	c.planeCount.PlaneCounter = manager
-	c.storage.SetLayers(manager)
-	c.lifecycle.m.Store(manager)
-	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
-	if err != nil {
-		return nil, fmt.Errorf("fleet controller: %w", err)
-	}
-	c.snapshots.s.Store(snapshot.New(snapshot.Config{
-		Storage:         c.storage,
-		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
-		CustomResources: customResources,
-		Discovery: []http.Handler{
-			server.GenericAPIServer.AggregatedLegacyDiscoveryGroupManager,
-			server.GenericAPIServer.AggregatedDiscoveryGroupManager,
-		},
-		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
-		Serializer: c.controlPlane.Generic.Serializer,
-		Streams:    c.config.SnapshotStreams,
-	}))
-
-	server.GenericAPIServer.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
-	if err := addReadyzChecks(server.GenericAPIServer, c.config.ReadyzChecks); err != nil {
-		return nil, err
-	}
-	if err := c.metrics.Register(); err != nil {
-		return nil, err
-	}
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-metrics", func(ctx genericapiserver.PostStartHookContext) error {
-		go c.metrics.Run(ctx)
-		return nil
-	})
-
-	if c.config.ManifestsDir != "" {
-		applier, err := autoapply.New(autoapply.Config{Dir: c.config.ManifestsDir, Loopback: loopbackConfig})
-		if err != nil {
-			return nil, err
-		}
-		// Readiness waits for the first pass over the manifests, so that
-		// a client that sees /readyz ok also sees what they define.
-		server.GenericAPIServer.AddPostStartHookOrDie("kplane-manifests", func(ctx genericapiserver.PostStartHookContext) error {
-			// Manifests may create planes: the plane manager must be running.
-			if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-				return manager.HasSynced(), nil
-			}); err != nil {
-				return nil
-			}
-			firstPass := make(chan struct{})
-			go applier.Run(ctx, firstPass)
-			select {
-			case <-firstPass:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}
-
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
-		return boot.Ensure(ctx, planes.Root)
-	})
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-root-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		return installRootCRDs(ctx, loopbackConfig)
-	})
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-planes", func(ctx genericapiserver.PostStartHookContext) error {
-		if err := waitForRootCRDs(ctx, loopbackConfig); err != nil {
-			return err
-		}
-		go manager.Run(ctx)
-		return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-			return manager.HasSynced(), nil
-		})
-	})
-
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-generic-controllers", func(ctx genericapiserver.PostStartHookContext) error {
-		// Controllers address planes with requests that never provision
-		// one: they start once every existing plane is known.
-		if c.config.DisableControllers {
-			return nil
-		}
-		go func() {
-			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-				return manager.HasSynced(), nil
-			}) == nil {
-				generic.Run(ctx, manager)
-			}
-		}()
-		return nil
-	})
-
-	addSimulationHook(server.GenericAPIServer, sim, manager)
-
-	server.GenericAPIServer.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
-		if err := waitForRootCRDs(ctx, loopbackConfig); err != nil {
-			return err
-		}
-		go fleets.Run(ctx)
-		return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-			return fleets.HasSynced(), nil
-		})
-	})
-
-	s := &Server{
-		GenericAPIServer: server.GenericAPIServer,
-		Bootstrapper:     boot,
-		Storage:          c.storage,
-		Core:             core.registries,
-		CRDs:             customResources,
-		Planes:           manager,
-		Fleets:           fleets,
-	}
-	return s, nil
-}
-
-// bootstrapGroups are the groups of the non-core resources bootstrap writes.
-var bootstrapGroups = map[string]string{
-	"clusterroles": rbacv1.GroupName, "clusterrolebindings": rbacv1.GroupName,
-	"roles": rbacv1.GroupName, "rolebindings": rbacv1.GroupName,
-	"flowschemas": flowcontrolv1.GroupName, "prioritylevelconfigurations": flowcontrolv1.GroupName,
-}
-
-// bootstrapStores returns the plane-scoped storage of a resource bootstrap
-// writes (core unless bootstrapGroups says otherwise).
-func (c CompletedConfig) bootstrapStores(resource string) *planestorage.Store {
-	return c.storage.Storage(schema.GroupResource{Group: bootstrapGroups[resource], Resource: resource})
 }

@@ -83,43 +83,17 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 		return resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource(resource))
 	}
 
-	pdbClient, err := policyclient.NewForConfig(p.loopback)
+	nodes, pods, err := p.nodesAndPods(optsGetter)
 	if err != nil {
 		return info, err
-	}
-	webhookClient, err := admissionregistrationv1client.NewForConfig(p.loopback)
-	if err != nil {
-		return info, err
-	}
-
-	nodes, err := nodestore.NewStorage(optsGetter, kubeletclient.KubeletClientConfig{Port: 10250, HTTPTimeout: 5 * time.Second}, nil)
-	if err != nil {
-		return info, fmt.Errorf("nodes: %w", err)
-	}
-	pods, err := podstore.NewStorage(optsGetter, nodes.KubeletConnectionInfo, nil, pdbClient, p.authorizer)
-	if err != nil {
-		return info, fmt.Errorf("pods: %w", err)
 	}
 	p.services.Pods = pods.Pod
 	svc, svcStatus, err := services.NewREST(optsGetter, p.services)
 	if err != nil {
 		return info, fmt.Errorf("services: %w", err)
 	}
-
 	if enabled("pods") {
-		storage["pods"] = pods.Pod
-		storage["pods/status"] = pods.Status
-		storage["pods/binding"] = pods.Binding
-		storage["pods/eviction"] = pods.Eviction
-		storage["pods/ephemeralcontainers"] = pods.EphemeralContainers
-		if pods.Resize != nil {
-			storage["pods/resize"] = pods.Resize
-		}
-		storage["pods/log"] = noKubeletLog{pods.Log}
-		storage["pods/exec"] = noKubeletConnect{pods.Exec, "pods/exec"}
-		storage["pods/attach"] = noKubeletConnect{pods.Attach, "pods/attach"}
-		storage["pods/portforward"] = noKubeletConnect{pods.PortForward, "pods/portforward"}
-		storage["pods/proxy"] = noKubeletConnect{pods.Proxy, "pods/proxy"}
+		addPods(storage, pods)
 	}
 	if enabled("bindings") {
 		storage["bindings"] = pods.LegacyBinding
@@ -133,65 +107,14 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 		storage["services"] = svc
 		storage["services/status"] = svcStatus
 	}
-
-	if enabled("podtemplates") {
-		if storage["podtemplates"], err = podtemplatestore.NewREST(optsGetter); err != nil {
-			return info, err
-		}
+	if err := addUpstreamCore(storage, enabled, optsGetter); err != nil {
+		return info, err
 	}
-	if enabled("limitranges") {
-		if storage["limitranges"], err = limitrangestore.NewREST(optsGetter); err != nil {
-			return info, err
-		}
-	}
-	if enabled("endpoints") {
-		if storage["endpoints"], err = endpointsstore.NewREST(optsGetter); err != nil {
-			return info, err
-		}
-	}
-	if enabled("persistentvolumes") {
-		pv, pvStatus, err := pvstore.NewREST(optsGetter)
-		if err != nil {
-			return info, err
-		}
-		storage["persistentvolumes"], storage["persistentvolumes/status"] = pv, pvStatus
-	}
-	if enabled("persistentvolumeclaims") {
-		pvc, pvcStatus, err := pvcstore.NewREST(optsGetter)
-		if err != nil {
-			return info, err
-		}
-		storage["persistentvolumeclaims"], storage["persistentvolumeclaims/status"] = pvc, pvcStatus
-	}
-	if enabled("replicationcontrollers") {
-		rc, err := controllerstore.NewStorage(optsGetter)
-		if err != nil {
-			return info, err
-		}
-		storage["replicationcontrollers"] = rc.Controller
-		storage["replicationcontrollers/status"] = rc.Status
-		storage["replicationcontrollers/scale"] = rc.Scale
-	}
-
-	// The generic core config serves service accounts without pod-bound
-	// tokens; replace it with the registry that knows pods and secrets, as
-	// kube-apiserver does.
 	if enabled("serviceaccounts") && p.generic.ServiceAccountIssuer != nil {
-		secrets, _ := storage["secrets"].(rest.Getter)
-		sa, err := serviceaccountstore.NewREST(optsGetter, p.generic.ServiceAccountIssuer, p.generic.APIAudiences, p.authorizer,
-			p.generic.ServiceAccountMaxExpiration, pods.Pod.Store, secrets, nodes.Node.Store,
-			webhookClient.ValidatingWebhookConfigurations(), webhookClient.MutatingWebhookConfigurations(),
-			p.generic.ExtendExpiration, p.generic.MaxExtendedExpiration)
-		if err != nil {
+		if err := p.replaceServiceAccounts(storage, optsGetter, pods, nodes); err != nil {
 			return info, err
 		}
-		storage["serviceaccounts"].Destroy()
-		storage["serviceaccounts"] = sa
-		if sa.Token != nil {
-			storage["serviceaccounts/token"] = sa.Token
-		}
 	}
-
 	info.VersionedResourcesStorageMap["v1"] = storage
 
 	namespaces, ok := storage["namespaces"].(NamespaceRegistry)
@@ -203,4 +126,110 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 	p.registries = &CoreRegistries{Namespaces: namespaces, Services: svc, ServiceAccounts: saGetter,
 		Pods: pods.Pod, Secrets: secrets, Nodes: nodes.Node}
 	return info, nil
+}
+
+// nodesAndPods builds the node and pod registries (pods need nodes for
+// their kubelet connection info).
+func (p *coreProvider) nodesAndPods(optsGetter generic.RESTOptionsGetter) (*nodestore.NodeStorage, *podstore.PodStorage, error) {
+	pdbClient, err := policyclient.NewForConfig(p.loopback)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes, err := nodestore.NewStorage(optsGetter, kubeletclient.KubeletClientConfig{Port: 10250, HTTPTimeout: 5 * time.Second}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nodes: %w", err)
+	}
+	pods, err := podstore.NewStorage(optsGetter, nodes.KubeletConnectionInfo, nil, pdbClient, p.authorizer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pods: %w", err)
+	}
+	return nodes, &pods, nil
+}
+
+// addPods serves pods and their subresources; those a kubelet would
+// answer give a clear error.
+func addPods(storage map[string]rest.Storage, pods *podstore.PodStorage) {
+	storage["pods"] = pods.Pod
+	storage["pods/status"] = pods.Status
+	storage["pods/binding"] = pods.Binding
+	storage["pods/eviction"] = pods.Eviction
+	storage["pods/ephemeralcontainers"] = pods.EphemeralContainers
+	if pods.Resize != nil {
+		storage["pods/resize"] = pods.Resize
+	}
+	storage["pods/log"] = noKubeletLog{pods.Log}
+	storage["pods/exec"] = noKubeletConnect{pods.Exec, "pods/exec"}
+	storage["pods/attach"] = noKubeletConnect{pods.Attach, "pods/attach"}
+	storage["pods/portforward"] = noKubeletConnect{pods.PortForward, "pods/portforward"}
+	storage["pods/proxy"] = noKubeletConnect{pods.Proxy, "pods/proxy"}
+}
+
+// addUpstreamCore serves the core resources that are plane-safe as
+// upstream builds them.
+func addUpstreamCore(storage map[string]rest.Storage, enabled func(string) bool, optsGetter generic.RESTOptionsGetter) error {
+	var err error
+	if enabled("podtemplates") {
+		if storage["podtemplates"], err = podtemplatestore.NewREST(optsGetter); err != nil {
+			return err
+		}
+	}
+	if enabled("limitranges") {
+		if storage["limitranges"], err = limitrangestore.NewREST(optsGetter); err != nil {
+			return err
+		}
+	}
+	if enabled("endpoints") {
+		if storage["endpoints"], err = endpointsstore.NewREST(optsGetter); err != nil {
+			return err
+		}
+	}
+	if enabled("persistentvolumes") {
+		pv, pvStatus, err := pvstore.NewREST(optsGetter)
+		if err != nil {
+			return err
+		}
+		storage["persistentvolumes"], storage["persistentvolumes/status"] = pv, pvStatus
+	}
+	if enabled("persistentvolumeclaims") {
+		pvc, pvcStatus, err := pvcstore.NewREST(optsGetter)
+		if err != nil {
+			return err
+		}
+		storage["persistentvolumeclaims"], storage["persistentvolumeclaims/status"] = pvc, pvcStatus
+	}
+	if enabled("replicationcontrollers") {
+		rc, err := controllerstore.NewStorage(optsGetter)
+		if err != nil {
+			return err
+		}
+		storage["replicationcontrollers"] = rc.Controller
+		storage["replicationcontrollers/status"] = rc.Status
+		storage["replicationcontrollers/scale"] = rc.Scale
+	}
+	return nil
+}
+
+// replaceServiceAccounts swaps the generic core config's service accounts,
+// served without pod-bound tokens, for the registry that knows pods and
+// secrets, as kube-apiserver does.
+func (p *coreProvider) replaceServiceAccounts(storage map[string]rest.Storage, optsGetter generic.RESTOptionsGetter,
+	pods *podstore.PodStorage, nodes *nodestore.NodeStorage) error {
+	webhookClient, err := admissionregistrationv1client.NewForConfig(p.loopback)
+	if err != nil {
+		return err
+	}
+	secrets, _ := storage["secrets"].(rest.Getter)
+	sa, err := serviceaccountstore.NewREST(optsGetter, p.generic.ServiceAccountIssuer, p.generic.APIAudiences, p.authorizer,
+		p.generic.ServiceAccountMaxExpiration, pods.Pod.Store, secrets, nodes.Node.Store,
+		webhookClient.ValidatingWebhookConfigurations(), webhookClient.MutatingWebhookConfigurations(),
+		p.generic.ExtendExpiration, p.generic.MaxExtendedExpiration)
+	if err != nil {
+		return err
+	}
+	storage["serviceaccounts"].Destroy()
+	storage["serviceaccounts"] = sa
+	if sa.Token != nil {
+		storage["serviceaccounts/token"] = sa.Token
+	}
+	return nil
 }

@@ -2,9 +2,7 @@ package apiserver
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
-	"sync/atomic"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -103,21 +101,6 @@ func rootOwnGroups() (map[string]sets.Set[string], error) {
 		own[crd.Spec.Group].Insert(crd.Name)
 	}
 	return own, nil
-}
-
-// lateCRDs lets the handler chain be built before the CRD server exists.
-type lateCRDs struct {
-	s atomic.Pointer[crds.Server]
-}
-
-func (l *lateCRDs) filter(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s := l.s.Load(); s != nil {
-			s.Filter(next).ServeHTTP(w, req)
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
 }
 
 // noServiceResolver refuses to resolve Services: a plane's Services have no

@@ -2,26 +2,17 @@ package apiserver
 
 import (
 	"context"
-	"net/http"
-	"sync/atomic"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	"kplane.dev/kplane/fleet"
-	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
-	"kplane.dev/kplane/snapshot"
 )
 
 // Server is the multi-plane apiserver and the plane glue built around it.
@@ -41,62 +32,22 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
 
-// lateLifecycle lets the handler chain be built before the plane manager
-// exists; until it does, planes other than root answer 503.
-type lateLifecycle struct {
-	m atomic.Pointer[lifecycle.Manager]
-}
+// planeCensus is what the metrics read of the plane manager.
+type planeCensus struct{ m *lifecycle.Manager }
 
-func (l *lateLifecycle) filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if m := l.m.Load(); m != nil {
-			m.Filter(next, serializer).ServeHTTP(w, req)
-			return
-		}
-		if plane, _ := planes.FromContext(req.Context()); plane != planes.Root {
-			responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("the server is starting"), serializer,
-				schema.GroupVersion{Version: "v1"}, w, req)
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
-}
-
-// phases counts the planes by phase (none until the manager exists).
-func (l *lateLifecycle) phases() map[string]int {
+// Phases counts the planes by phase.
+func (p planeCensus) Phases() map[string]int {
 	out := map[string]int{}
-	if m := l.m.Load(); m != nil {
-		for phase, n := range m.Phases() {
-			out[string(phase)] = n
-		}
+	for phase, n := range p.m.Phases() {
+		out[string(phase)] = n
 	}
 	return out
 }
 
-// exists reports whether plane exists (true until the manager exists: a
-// counter is dropped only on the manager's word).
-func (l *lateLifecycle) exists(plane string) bool {
-	if m := l.m.Load(); m != nil {
-		_, ok := m.Phase(plane)
-		return ok
-	}
-	return true
-}
-
-// lateSnapshots lets the handler chain be built before the snapshot server
-// exists; until it does, /snapshot is not found.
-type lateSnapshots struct {
-	s atomic.Pointer[snapshot.Server]
-}
-
-func (l *lateSnapshots) filter(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if s := l.s.Load(); s != nil {
-			s.Filter(next).ServeHTTP(w, req)
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
+// Exists reports whether plane exists.
+func (p planeCensus) Exists(plane string) bool {
+	_, ok := p.m.Phase(plane)
+	return ok
 }
 
 // namespaceGetter reads namespaces through the namespace registry.

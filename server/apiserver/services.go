@@ -1,7 +1,10 @@
 package apiserver
 
 import (
+	"fmt"
 	"net"
+
+	netutils "k8s.io/utils/net"
 
 	"kplane.dev/kplane/planes/services"
 )
@@ -12,13 +15,10 @@ func servicesConfig(c *Config) services.Config {
 
 // firstServiceIP is the first address of the range: the ClusterIP of every
 // plane's default/kubernetes Service, as in kube-apiserver.
-func firstServiceIP(cidr net.IPNet) net.IP {
-	ip := append(net.IP(nil), cidr.IP...)
-	for i := len(ip) - 1; i >= 0; i-- {
-		ip[i]++
-		if ip[i] != 0 {
-			break
-		}
+func firstServiceIP(cidr net.IPNet) (net.IP, error) {
+	ip, err := netutils.GetIndexedIP(&cidr, 1)
+	if err != nil {
+		return nil, fmt.Errorf("service cluster IP range %s: %w", cidr.String(), err)
 	}
-	return ip
+	return ip, nil
 }

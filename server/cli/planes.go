@@ -31,7 +31,9 @@ func PlanesCommand() *cli.Command {
 			{Name: "list", Usage: "list every plane", Flags: adminFlags(), Action: listPlanes},
 			{Name: "create", Usage: "create plane <id> and wait until it is ready", ArgsUsage: "<id>",
 				Flags: append(adminFlags(), wait, &cli.StringFlag{Name: "template",
-					Usage: "start as this plane's state, storing only what changes (the template is read-only while used)"}),
+					Usage: "start as this plane's state, storing only what changes (the template is read-only while used)"},
+					&cli.StringFlag{Name: "from",
+						Usage: "start as a clone of this plane's state now (over its template); the planes change apart afterwards"}),
 				Action: createPlane},
 			{Name: "reset", Usage: "return plane <id> to its template's state (or to an empty plane)", ArgsUsage: "<id>",
 				Flags: adminFlags(), Action: resetPlane},
@@ -96,6 +98,7 @@ func createPlane(c *cli.Context) error {
 	}
 	p := lifecycle.NewPlane(id)
 	p.Spec.Template = c.String("template")
+	p.Spec.From = c.String("from")
 	if _, err := client.Create(c.Context, p.Unstructured(), metav1.CreateOptions{}); err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -21,10 +20,9 @@ import (
 	"k8s.io/client-go/util/keyutil"
 )
 
-const (
-	caValidity   = 10 * 365 * 24 * time.Hour
-	leafValidity = 365 * 24 * time.Hour
-)
+// leafValidity is the lifetime of the certificates the CA issues; they
+// are renewed while the server runs (RenewalTime).
+const leafValidity = 365 * 24 * time.Hour
 
 // RenewalTime is when a leaf certificate is reissued: once less than a third
 // of its lifetime remains (about four months ahead for the one-year leaves
@@ -59,26 +57,20 @@ func EnsureCA(dir string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("kplane-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(caValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
+	// Ten years, as every Kubernetes CA; valid from an hour ago so that a
+	// client whose clock lags a little accepts it.
+	cert, err := certutil.NewSelfSignedCACert(certutil.Config{
+		CommonName: fmt.Sprintf("kplane-ca@%d", now.Unix()),
+		NotBefore:  now.Add(-time.Hour),
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA certificate: %w", err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	certPEM, err := certutil.EncodeCertificates(cert)
 	if err != nil {
 		return nil, err
 	}
-	cert, _ := x509.ParseCertificate(der)
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	if err := writeKeyPair(certFile, keyFile, certPEM, key); err != nil {
 		return nil, err
 	}
@@ -111,6 +103,8 @@ func (ca *CA) ensure(certFile, keyFile string, leaf Leaf, now time.Time) (*x509.
 	return ca.issue(certFile, keyFile, leaf, now)
 }
 
+// issue signs a new leaf. certutil makes only self-signed certificates, so
+// the template of a CA-signed one is built here.
 func (ca *CA) issue(certFile, keyFile string, leaf Leaf, now time.Time) (*x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -143,7 +137,11 @@ func (ca *CA) issue(certFile, keyFile string, leaf Leaf, now time.Time) (*x509.C
 	if err != nil {
 		return nil, err
 	}
-	return cert, writeKeyPair(certFile, keyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
+	certPEM, err := certutil.EncodeCertificates(cert)
+	if err != nil {
+		return nil, err
+	}
+	return cert, writeKeyPair(certFile, keyFile, certPEM, key)
 }
 
 func (ca *CA) covers(cert *x509.Certificate, leaf Leaf, now time.Time) bool {

@@ -27,14 +27,18 @@ type Config struct {
 	TopPlanes int
 	// Window is the period planes are ranked over.
 	Window time.Duration
-	// Phases returns the number of planes per phase.
-	Phases func() map[string]int
-	// Exists reports whether a plane exists; counters of planes that do not
-	// are dropped when the window turns.
-	Exists func(plane string) bool
 }
 
-// Metrics counts requests per plane and exposes the plane metrics.
+// Planes is what the metrics read of the planes that exist.
+type Planes interface {
+	// Phases returns the number of planes per phase.
+	Phases() map[string]int
+	// Exists reports whether a plane exists; counters of planes that do
+	// not are dropped when the window turns.
+	Exists(plane string) bool
+}
+
+// Metrics counts requests per plane and exposes the request metrics.
 type Metrics struct {
 	metrics.BaseStableCollector
 
@@ -45,7 +49,14 @@ type Metrics struct {
 	counters sync.Map
 	window   atomic.Pointer[ranking]
 
-	planesDesc, totalDesc, planeDesc *metrics.Desc
+	totalDesc, planeDesc *metrics.Desc
+}
+
+// PhaseCollector exposes kplane_planes: the planes by phase.
+type PhaseCollector struct {
+	metrics.BaseStableCollector
+	planes Planes
+	desc   *metrics.Desc
 }
 
 type counter struct {
@@ -65,7 +76,9 @@ type planeCount struct {
 	n     uint64
 }
 
-// New returns the metrics; Register exposes them, Run turns the window.
+// New returns the request metrics; Register exposes them, Run turns the
+// window. They exist before the planes do: the plane manager forgets a
+// deleted plane's counter.
 func New(config Config) (*Metrics, error) {
 	if config.TopPlanes < 1 {
 		return nil, fmt.Errorf("--metrics-top-planes %d: want at least 1", config.TopPlanes)
@@ -75,8 +88,6 @@ func New(config Config) (*Metrics, error) {
 	}
 	m := &Metrics{
 		config: config,
-		planesDesc: metrics.NewDesc("kplane_planes", "Number of planes by phase, the root plane excluded.",
-			[]string{"phase"}, nil, metrics.ALPHA, ""),
 		totalDesc: metrics.NewDesc("kplane_requests_total", "Requests served to planes (every plane, root included).",
 			nil, nil, metrics.ALPHA, ""),
 		planeDesc: metrics.NewDesc("kplane_plane_requests",
@@ -88,11 +99,20 @@ func New(config Config) (*Metrics, error) {
 	return m, nil
 }
 
-// Register adds the metrics to the process's /metrics. A process serves
+// NewPhaseCollector returns the collector of the planes by phase.
+func NewPhaseCollector(planes Planes) *PhaseCollector {
+	return &PhaseCollector{planes: planes,
+		desc: metrics.NewDesc("kplane_planes", "Number of planes by phase, the root plane excluded.",
+			[]string{"phase"}, nil, metrics.ALPHA, "")}
+}
+
+// Register adds the collectors to the process's /metrics. A process serves
 // one kplane, so registration happens once.
-func (m *Metrics) Register() error {
-	if err := legacyregistry.CustomRegister(m); err != nil {
-		return fmt.Errorf("registering plane metrics: %w", err)
+func Register(collectors ...metrics.StableCollector) error {
+	for _, c := range collectors {
+		if err := legacyregistry.CustomRegister(c); err != nil {
+			return fmt.Errorf("registering plane metrics: %w", err)
+		}
 	}
 	return nil
 }
@@ -122,8 +142,9 @@ func (m *Metrics) Filter(next http.Handler) http.Handler {
 // ForgetPlane drops the counter of a deleted plane.
 func (m *Metrics) ForgetPlane(plane string) { m.counters.Delete(plane) }
 
-// Run turns the window every Window until ctx is done.
-func (m *Metrics) Run(ctx context.Context) {
+// Run turns the window every Window until ctx is done; counters of planes
+// that no longer exist are dropped.
+func (m *Metrics) Run(ctx context.Context, planes Planes) {
 	t := time.NewTicker(m.config.Window)
 	defer t.Stop()
 	for {
@@ -131,13 +152,13 @@ func (m *Metrics) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			m.turn()
+			m.turn(planes.Exists)
 		}
 	}
 }
 
 // turn ranks the planes by their requests since the last turn.
-func (m *Metrics) turn() {
+func (m *Metrics) turn(exists func(plane string) bool) {
 	var counts []planeCount
 	m.counters.Range(func(key, value any) bool {
 		plane, c := key.(string), value.(*counter)
@@ -146,7 +167,7 @@ func (m *Metrics) turn() {
 		c.seen = n
 		if delta > 0 {
 			counts = append(counts, planeCount{plane: plane, n: delta})
-		} else if m.config.Exists != nil && !m.config.Exists(plane) {
+		} else if exists != nil && !exists(plane) {
 			m.counters.Delete(plane)
 		}
 		return true
@@ -170,24 +191,28 @@ func (m *Metrics) turn() {
 
 // DescribeWithStability implements metrics.StableCollector.
 func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
-	ch <- m.planesDesc
 	ch <- m.totalDesc
 	ch <- m.planeDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
 func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
-	if m.config.Phases != nil {
-		for phase, n := range m.config.Phases() {
-			ch <- metrics.NewLazyConstMetric(m.planesDesc, metrics.GaugeValue, float64(n), phase)
-		}
-	}
 	ch <- metrics.NewLazyConstMetric(m.totalDesc, metrics.CounterValue, float64(m.total.Load()))
 	r := m.window.Load()
 	for _, pc := range r.top {
 		ch <- metrics.NewLazyConstMetric(m.planeDesc, metrics.GaugeValue, float64(pc.n), pc.plane)
 	}
 	ch <- metrics.NewLazyConstMetric(m.planeDesc, metrics.GaugeValue, float64(r.others), Others)
+}
+
+// DescribeWithStability implements metrics.StableCollector.
+func (c *PhaseCollector) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- c.desc }
+
+// CollectWithStability implements metrics.StableCollector.
+func (c *PhaseCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	for phase, n := range c.planes.Phases() {
+		ch <- metrics.NewLazyConstMetric(c.desc, metrics.GaugeValue, float64(n), phase)
+	}
 }
 
 // Registerer is where other components (kine) register their Prometheus

@@ -13,18 +13,25 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 )
 
-func newMetrics(t *testing.T, top int, exists func(string) bool) (*Metrics, metrics.KubeRegistry) {
+// fixedPlanes has three Ready planes and one Pending.
+type fixedPlanes struct{}
+
+func (fixedPlanes) Phases() map[string]int {
+	return map[string]int{"Ready": 3, "Pending": 1, "Terminating": 0}
+}
+func (fixedPlanes) Exists(string) bool { return true }
+
+func newMetrics(t *testing.T, top int) (*Metrics, metrics.KubeRegistry) {
 	t.Helper()
-	m, err := New(Config{
-		TopPlanes: top, Window: time.Minute, Exists: exists,
-		Phases: func() map[string]int { return map[string]int{"Ready": 3, "Pending": 1, "Terminating": 0} },
-	})
+	m, err := New(Config{TopPlanes: top, Window: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	registry := metrics.NewKubeRegistry()
-	if err := registry.CustomRegister(m); err != nil {
-		t.Fatal(err)
+	for _, c := range []metrics.StableCollector{m, NewPhaseCollector(fixedPlanes{})} {
+		if err := registry.CustomRegister(c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return m, registry
 }
@@ -69,7 +76,7 @@ func scrape(t *testing.T, registry metrics.KubeRegistry) (string, map[string]flo
 }
 
 func TestTopPlanesAndOthers(t *testing.T) {
-	m, registry := newMetrics(t, 2, nil)
+	m, registry := newMetrics(t, 2)
 	for plane, n := range map[string]int{"a": 5, "b": 9, "c": 1, "d": 2} {
 		for i := 0; i < n; i++ {
 			m.Count(plane)
@@ -79,7 +86,7 @@ func TestTopPlanesAndOthers(t *testing.T) {
 	if before["kplane_plane_requests{plane=_others}"] != 0 || before["kplane_requests_total{}"] != 17 {
 		t.Fatalf("before the first window: %v", before)
 	}
-	m.turn()
+	m.turn(nil)
 	_, got := scrape(t, registry)
 	want := map[string]float64{
 		"kplane_plane_requests{plane=b}":       9,
@@ -102,7 +109,7 @@ func TestTopPlanesAndOthers(t *testing.T) {
 	// The next window counts only what happened since.
 	m.Count("c")
 	m.Count("c")
-	m.turn()
+	m.turn(nil)
 	_, got = scrape(t, registry)
 	if got["kplane_plane_requests{plane=c}"] != 2 || got["kplane_plane_requests{plane=_others}"] != 0 {
 		t.Errorf("second window: %v", got)
@@ -117,7 +124,8 @@ func TestTopPlanesAndOthers(t *testing.T) {
 func TestBoundedCardinality(t *testing.T) {
 	var mu sync.Mutex
 	gone := map[string]bool{}
-	m, registry := newMetrics(t, 5, func(p string) bool { mu.Lock(); defer mu.Unlock(); return !gone[p] })
+	m, registry := newMetrics(t, 5)
+	exists := func(p string) bool { mu.Lock(); defer mu.Unlock(); return !gone[p] }
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -129,7 +137,7 @@ func TestBoundedCardinality(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	m.turn()
+	m.turn(exists)
 	text, got := scrape(t, registry)
 	series := strings.Count(text, "kplane_plane_requests{")
 	if series != 6 {
@@ -145,7 +153,7 @@ func TestBoundedCardinality(t *testing.T) {
 		gone[fmt.Sprintf("p-%d", i)] = true
 	}
 	mu.Unlock()
-	m.turn()
+	m.turn(exists)
 	n := 0
 	m.counters.Range(func(any, any) bool { n++; return true })
 	if n != 0 {

@@ -577,11 +577,15 @@ func memberSurvivesKill(t *testing.T, s *framework.Server) {
 		t.Fatal(err)
 	}
 	before := planeState(t, s.Dynamic(t, "member"))
+	// A clone is acknowledged once ready: it survives too.
+	clonePlane(t, s, "clone", "member")
 	s.Kill()
 	s.Restart(t)
-	after := planeState(t, s.Dynamic(t, "member"))
-	if d := diffStates(before, after); d != "" {
-		t.Fatalf("the member changed across kill -9:\n%s", d)
+	for _, plane := range []string{"member", "clone"} {
+		after := planeState(t, s.Dynamic(t, plane))
+		if d := diffStates(before, after); d != "" {
+			t.Fatalf("%s changed across kill -9:\n%s", plane, d)
+		}
 	}
 }
 

@@ -166,6 +166,21 @@ class TemplatesTest(ServerTestCase):
         with self.assertRaises(kplane.NotFoundError):
             self.client.plane("never-made").reset()
 
+    def test_clone(self) -> None:
+        source = self.client.create_plane(unique("src"))
+        source.wait_until_ready(timeout=30)
+        create_configmap(source, "before")
+        clone = self.client.create_plane(unique("clone"), from_plane=source.name)
+        clone.wait_until_ready(timeout=30)
+        create_configmap(source, "after")
+        cms = lambda p: sorted(  # noqa: E731
+            i["metadata"]["name"] for i in p.client.request("GET", p.path("/api/v1/namespaces/default/configmaps"))["items"]
+        )
+        self.assertEqual(cms(clone), ["before", "kube-root-ca.crt"])
+        self.assertEqual(cms(source), ["after", "before", "kube-root-ca.crt"])
+        with self.assertRaises(kplane.InvalidError):
+            self.client.create_plane(unique("orphan"), from_plane="no-such-plane")
+
 
 class PlanesTest(ServerTestCase):
     def test_create_list_delete(self) -> None:
@@ -174,7 +189,10 @@ class PlanesTest(ServerTestCase):
         self.assertIsInstance(plane, kplane.Plane)
         self.assertEqual(plane.name, name)
         plane.wait_until_ready(timeout=30)
-        # The Plane's status follows readiness shortly after.
+        # A new plane stores nothing of its own (it stands on the server's
+        # base plane); the Plane's status counts what it stores, shortly
+        # after it changes.
+        create_configmap(plane, "counted")
         def ready_info():
             info = plane.info()
             return info if info.phase == "Ready" and info.object_count else None

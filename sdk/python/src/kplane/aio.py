@@ -109,10 +109,14 @@ class AsyncClient:
         return AsyncPlane(self, Plane(self.sync, name))
 
     async def create_plane(
-        self, id: str, labels: Mapping[str, str] | None = None, template: str | None = None
+        self,
+        id: str,
+        labels: Mapping[str, str] | None = None,
+        template: str | None = None,
+        from_plane: str | None = None,
     ) -> "AsyncPlane":
         """See :meth:`kplane.Client.create_plane`."""
-        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels, template))
+        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels, template, from_plane))
 
     async def get_plane(self, id: str) -> PlaneInfo:
         return await self._run(self.sync.get_plane, id)

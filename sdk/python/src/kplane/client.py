@@ -164,15 +164,21 @@ class Client:
         return Plane(self, name)
 
     def create_plane(
-        self, id: str, labels: Mapping[str, str] | None = None, template: str | None = None
+        self,
+        id: str,
+        labels: Mapping[str, str] | None = None,
+        template: str | None = None,
+        from_plane: str | None = None,
     ) -> "Plane":
         """Create the Plane ``id`` and return its handle; the server
         provisions it in the background (see :meth:`Plane.wait_until_ready`).
         With ``template``, the plane starts as that plane's state and stores
         only what it changes (the template is read-only while used; see
-        :meth:`Plane.reset`). An existing Plane raises
-        :class:`kplane.ConflictError`; an unusable template
-        :class:`kplane.InvalidError`."""
+        :meth:`Plane.reset`). With ``from_plane``, the plane starts as a
+        clone of that plane's state at this moment, over the same template;
+        the two change apart afterwards. An existing Plane raises
+        :class:`kplane.ConflictError`; an unusable template or source (or
+        both given) :class:`kplane.InvalidError`."""
         _check_plane_id(id)
         meta: dict[str, Any] = {"name": id}
         if labels:
@@ -181,6 +187,9 @@ class Client:
         if template:
             _check_plane_id(template)
             spec["template"] = template
+        if from_plane:
+            _check_plane_id(from_plane)
+            spec["from"] = from_plane
         self.request("POST", _PLANES, body={"apiVersion": _GROUP_VERSION, "kind": "Plane", "metadata": meta, "spec": spec})
         return Plane(self, id)
 

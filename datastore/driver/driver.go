@@ -1,0 +1,96 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Driver runs the datastores of some endpoint forms.
+type Driver interface {
+	// Kind classifies endpoint: ok is false when it is not this driver's;
+	// err reports one of its forms that is malformed (one line, password
+	// redacted).
+	Kind(endpoint string) (kind Kind, ok bool, err error)
+	// Listen starts (or checks) the datastore of config.Endpoint, which
+	// Kind classified as kind. ctx bounds the start only.
+	Listen(ctx context.Context, kind Kind, config Config) (*Datastore, error)
+}
+
+// Kind names the storage behind the etcd API.
+type Kind string
+
+// Config selects and configures the datastore.
+type Config struct {
+	// Endpoint is --datastore-endpoint.
+	Endpoint string
+	// DataDir holds the embedded stores (db/, etcd/) and their sockets.
+	DataDir string
+	// CAFile, CertFile, KeyFile: client TLS towards an external etcd or a
+	// kine SQL backend that requires it.
+	CAFile, CertFile, KeyFile string
+	// StartTimeout bounds how long start-up may wait for the datastore.
+	StartTimeout time.Duration
+	// EmbeddedTLS secures the embedded etcd (server and client certificates).
+	EmbeddedTLS TLS
+	// MetricsRegisterer, when set, receives kine's SQL metrics
+	// (kine_sql_time_seconds, ...).
+	MetricsRegisterer prometheus.Registerer
+}
+
+// TLS holds the certificates of the embedded etcd.
+type TLS struct {
+	CAFile                        string
+	ServerCertFile, ServerKeyFile string
+	ClientCertFile, ClientKeyFile string
+}
+
+// Datastore is a running (or reachable) datastore.
+type Datastore struct {
+	Kind Kind
+	// Description is safe to log: credentials are redacted.
+	Description string
+	// Endpoints and the TLS files are what an etcd client connects with.
+	Endpoints                 []string
+	CAFile, CertFile, KeyFile string
+
+	stop func()
+	done <-chan struct{}
+}
+
+// Embedded is d run in the process: Close calls stop and then waits for
+// done (the store's files closed).
+func Embedded(d Datastore, stop func(), done <-chan struct{}) *Datastore {
+	d.stop, d.done = stop, done
+	return &d
+}
+
+// Close stops an embedded datastore and waits until its files are closed.
+// It is a no-op for an external one.
+func (d *Datastore) Close() {
+	if d.stop != nil {
+		d.stop()
+	}
+	if d.done != nil {
+		<-d.done
+	}
+}
+
+// Redact hides the password of an endpoint URL so it can be logged.
+func Redact(endpoint string) string {
+	scheme, rest, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		return endpoint
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return endpoint
+	}
+	user, _, hasPassword := strings.Cut(userinfo, ":")
+	if !hasPassword {
+		return endpoint
+	}
+	return scheme + "://" + user + ":***@" + host
+}

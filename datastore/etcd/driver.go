@@ -1,0 +1,113 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"kplane.dev/kplane/datastore/driver"
+)
+
+// The kinds of etcd datastore.
+const (
+	Embedded driver.Kind = "embedded-etcd"
+	External driver.Kind = "etcd"
+)
+
+// Driver serves "etcd" (a member embedded in the process) and
+// http(s)://host:port[,…] (an external cluster).
+type Driver struct{}
+
+var _ driver.Driver = Driver{}
+
+// Kind implements driver.Driver.
+func (Driver) Kind(endpoint string) (driver.Kind, bool, error) {
+	if endpoint == "etcd" {
+		return Embedded, true, nil
+	}
+	scheme, _, ok := strings.Cut(endpoint, "://")
+	if !ok || (scheme != "http" && scheme != "https") {
+		return "", false, nil
+	}
+	for _, e := range strings.Split(endpoint, ",") {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", true, fmt.Errorf("datastore endpoint %q is malformed: %q is not an http(s)://host:port etcd URL",
+				driver.Redact(endpoint), driver.Redact(e))
+		}
+	}
+	return External, true, nil
+}
+
+// Listen implements driver.Driver: the embedded member runs until the
+// datastore is closed; an external cluster is checked to answer.
+func (Driver) Listen(ctx context.Context, kind driver.Kind, cfg driver.Config) (*driver.Datastore, error) {
+	switch kind {
+	case Embedded:
+		return startEmbedded(ctx, cfg)
+	case External:
+		endpoints := strings.Split(cfg.Endpoint, ",")
+		if err := checkEtcd(ctx, endpoints, cfg); err != nil {
+			return nil, err
+		}
+		return &driver.Datastore{
+			Kind: kind, Description: "etcd at " + driver.Redact(cfg.Endpoint),
+			Endpoints: endpoints, CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile,
+		}, nil
+	}
+	return nil, fmt.Errorf("datastore endpoint %q: not an etcd datastore", driver.Redact(cfg.Endpoint))
+}
+
+func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, error) {
+	dir := filepath.Join(cfg.DataDir, "etcd")
+	sctx, cancel := context.WithCancel(context.Background())
+	e, err := Start(ctx, Config{DataDir: dir, TLS: cfg.EmbeddedTLS, StartTimeout: cfg.StartTimeout})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("datastore %q: %w", cfg.Endpoint, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		<-sctx.Done()
+		e.Close()
+		close(done)
+	}()
+	return driver.Embedded(driver.Datastore{
+		Kind: Embedded, Description: "embedded etcd in " + dir,
+		Endpoints: e.Endpoints(), CAFile: cfg.EmbeddedTLS.CAFile, CertFile: cfg.EmbeddedTLS.ClientCertFile, KeyFile: cfg.EmbeddedTLS.ClientKeyFile,
+	}, cancel, done), nil
+}
+
+func checkEtcd(ctx context.Context, endpoints []string, cfg driver.Config) error {
+	tlsInfo := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
+	clientCfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second}
+	if cfg.CAFile != "" || cfg.CertFile != "" {
+		tlsConfig, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return fmt.Errorf("datastore %q: client TLS: %v", driver.Redact(strings.Join(endpoints, ",")), err)
+		}
+		clientCfg.TLS = tlsConfig
+	}
+	client, err := clientv3.New(clientCfg)
+	if err != nil {
+		return fmt.Errorf("datastore %q is unreachable: %v", driver.Redact(strings.Join(endpoints, ",")), err)
+	}
+	defer client.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var lastErr error
+	for _, ep := range endpoints {
+		if _, err := client.Status(cctx, ep); err == nil {
+			return nil
+		} else {
+			lastErr = err
+		}
+	}
+	return fmt.Errorf("datastore %q is unreachable: %v", driver.Redact(strings.Join(endpoints, ",")), lastErr)
+}

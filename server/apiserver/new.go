@@ -1,0 +1,341 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/client-go/rest"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+
+	"kplane.dev/kplane/fleet"
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/controllers"
+	"kplane.dev/kplane/planes/crds"
+	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/routing"
+	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/server/autoapply"
+	kplanemetrics "kplane.dev/kplane/server/metrics"
+	"kplane.dev/kplane/snapshot"
+)
+
+// New builds the server in dependency order: the upstream generic control
+// plane with every API group installed on plane-scoped storage, the plane
+// glue built on those APIs, and last the handler chain made of both.
+func (c CompletedConfig) New() (*Server, error) {
+	controlPlane, err := c.newControlPlane()
+	if err != nil {
+		return nil, err
+	}
+	generic := controlPlane.GenericAPIServer
+	loopbackConfig := unlimitedLoopback(generic)
+	core, err := c.installAPIs(controlPlane, loopbackConfig)
+	if err != nil {
+		return nil, err
+	}
+	customResources, err := c.installCRDs(generic)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := c.newBootstrapper(core)
+	if err != nil {
+		return nil, err
+	}
+	controllersConfig := controllers.Config{
+		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
+	}
+	genericControllers, err := controllers.New(controllersConfig)
+	if err != nil {
+		return nil, fmt.Errorf("generic controllers: %w", err)
+	}
+	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
+	if err != nil {
+		return nil, fmt.Errorf("workload simulation: %w", err)
+	}
+	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
+		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics}, sim))
+	if err != nil {
+		return nil, err
+	}
+	addSimulationHook(generic, sim, manager)
+	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
+	if err != nil {
+		return nil, fmt.Errorf("fleet controller: %w", err)
+	}
+	snapshots := c.newSnapshots(generic, customResources)
+	// The server serves FullHandlerChain: until now the bare director
+	// (Complete's BuildHandlerChainFunc), with its filters from here on.
+	// Nothing is served before Run.
+	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, customResources, snapshots)
+
+	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
+		return nil, err
+	}
+	started := components{
+		loopback: loopbackConfig, boot: boot, customResources: customResources,
+		controllers: genericControllers, planes: manager, fleets: fleets,
+	}
+	if err := c.addPostStartHooks(generic, started); err != nil {
+		return nil, err
+	}
+	return &Server{
+		GenericAPIServer: generic,
+		Bootstrapper:     boot,
+		Storage:          c.storage,
+		Core:             core,
+		CRDs:             customResources,
+		Planes:           manager,
+		Fleets:           fleets,
+	}, nil
+}
+
+// newControlPlane builds the upstream generic control plane, without APIs
+// yet.
+func (c CompletedConfig) newControlPlane() (*controlplaneapiserver.Server, error) {
+	notFound := notfoundhandler.New(c.controlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	server, err := c.controlPlane.New("kplane", genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
+	if err != nil {
+		return nil, fmt.Errorf("creating apiserver: %w", err)
+	}
+	return server, nil
+}
+
+// unlimitedLoopback is the in-process client configuration. In-process
+// clients are not rate limited (client-go's default is 5 requests per
+// second): they serve every plane at once, and the server's max-in-flight
+// limits bound them like any client.
+func unlimitedLoopback(server *genericapiserver.GenericAPIServer) *rest.Config {
+	config := rest.CopyConfig(server.LoopbackClientConfig)
+	config.QPS = -1
+	return config
+}
+
+// installAPIs installs every built-in API group and kplane's API contract,
+// and returns the core registries the plane glue writes through.
+func (c CompletedConfig) installAPIs(server *controlplaneapiserver.Server, loopbackConfig *rest.Config) (*CoreRegistries, error) {
+	core := &coreProvider{
+		generic:    c.controlPlane.NewCoreGenericConfig(),
+		loopback:   loopback.Routed(loopbackConfig),
+		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
+		services:   servicesConfig(c.config),
+	}
+	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
+	if err != nil {
+		return nil, err
+	}
+	if err := server.InstallAPIs(providers...); err != nil {
+		return nil, fmt.Errorf("installing APIs: %w", err)
+	}
+	if err := installContract(server.GenericAPIServer.Handler.NonGoRestfulMux, c.controlPlane.Generic.Serializer); err != nil {
+		return nil, fmt.Errorf("installing the API contract: %w", err)
+	}
+	return core.registries, nil
+}
+
+// newBootstrapper returns what writes a new plane's initial objects.
+func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Bootstrapper, error) {
+	serviceIP, err := firstServiceIP(c.config.ServiceClusterIPRange)
+	if err != nil {
+		return nil, err
+	}
+	return bootstrap.New(bootstrap.Config{
+		Namespaces:  core.Namespaces,
+		Stores:      c.bootstrapStores,
+		CACert:      c.config.CACert,
+		ServiceIP:   serviceIP,
+		ServicePort: int32(c.config.Port),
+		Policy:      c.config.PlaneBootstrap,
+	}), nil
+}
+
+// newPlaneManager returns the manager of the planes that exist, and binds
+// what consults it: the Planes admission plugin (configured before any
+// API) and the layered storage of template members.
+func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *bootstrap.Bootstrapper, customResources *crds.Server,
+	forget []lifecycle.Forgetter) (*lifecycle.Manager, error) {
+	manager, err := lifecycle.New(lifecycle.Config{
+		Loopback:        loopbackConfig,
+		Bootstrapper:    boot,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		Storage:         c.storage,
+		Counts:          planestorage.NewCounts(),
+		CustomResources: customResources,
+		Forget:          forget,
+		CopyBootstrap:   !c.config.PlaneBase,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.planesAdmission.SetPlaneCounter(manager)
+	c.storage.SetLayers(manager)
+	return manager, nil
+}
+
+// newSnapshots returns the snapshot server of every plane.
+func (c CompletedConfig) newSnapshots(server *genericapiserver.GenericAPIServer, customResources *crds.Server) *snapshot.Server {
+	return snapshot.New(snapshot.Config{
+		Storage:         c.storage,
+		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
+		CustomResources: customResources,
+		Discovery: []http.Handler{
+			server.AggregatedLegacyDiscoveryGroupManager,
+			server.AggregatedDiscoveryGroupManager,
+		},
+		Schemes:    []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
+		Serializer: c.controlPlane.Generic.Serializer,
+		Streams:    c.config.SnapshotStreams,
+	})
+}
+
+// handlerChain is the server's full handler chain: plane routing, the
+// upstream filters (authentication, authorization, ...), then the plane
+// filters in front of the server's own handlers (director).
+func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, customResources *crds.Server,
+	snapshots *snapshot.Server) http.Handler {
+	gc := c.controlPlane.Generic.Config
+	handler := snapshots.Filter(director)
+	handler = customResources.Filter(handler)
+	// Counted after the lifecycle filter: only planes that exist get a
+	// counter.
+	handler = c.metrics.Filter(handler)
+	handler = manager.Filter(handler, gc.Serializer)
+	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
+	return routing.WithRouting(handler, gc.Serializer)
+}
+
+// installServerEndpoints adds what the root plane serves besides the APIs:
+// the signed CA, the readyz checks of the process, kplane's metrics.
+func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus) error {
+	server.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
+	if err := addReadyzChecks(server, c.config.ReadyzChecks); err != nil {
+		return err
+	}
+	if err := kplanemetrics.Register(c.metrics, kplanemetrics.NewPhaseCollector(census)); err != nil {
+		return err
+	}
+	server.AddPostStartHookOrDie("kplane-metrics", func(ctx genericapiserver.PostStartHookContext) error {
+		go c.metrics.Run(ctx, census)
+		return nil
+	})
+	return nil
+}
+
+// components are what the post-start hooks run.
+type components struct {
+	loopback        *rest.Config
+	boot            *bootstrap.Bootstrapper
+	customResources *crds.Server
+	controllers     *controllers.Controllers
+	planes          *lifecycle.Manager
+	fleets          *fleet.Controller
+}
+
+// addPostStartHooks starts the plane glue once the server serves.
+func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPIServer, s components) error {
+	server.AddPostStartHookOrDie("kplane-crds", func(ctx genericapiserver.PostStartHookContext) error {
+		go s.customResources.Run(ctx)
+		select {
+		case <-s.customResources.HasSynced():
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	if c.config.ManifestsDir != "" {
+		if err := c.addManifestsHook(server, s); err != nil {
+			return err
+		}
+	}
+	server.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
+		return s.boot.Ensure(ctx, planes.Root)
+	})
+	server.AddPostStartHookOrDie("kplane-root-crds", func(ctx genericapiserver.PostStartHookContext) error {
+		return installRootCRDs(ctx, s.loopback)
+	})
+	server.AddPostStartHookOrDie("kplane-planes", func(ctx genericapiserver.PostStartHookContext) error {
+		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
+			return err
+		}
+		go s.planes.Run(ctx)
+		return waitFor(ctx, s.planes.HasSynced)
+	})
+	server.AddPostStartHookOrDie("kplane-generic-controllers", func(ctx genericapiserver.PostStartHookContext) error {
+		// Controllers address planes with requests that never provision
+		// one: they start once every existing plane is known.
+		if c.config.DisableControllers {
+			return nil
+		}
+		go func() {
+			if waitFor(ctx, s.planes.HasSynced) == nil {
+				s.controllers.Run(ctx, s.planes)
+			}
+		}()
+		return nil
+	})
+	server.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
+		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
+			return err
+		}
+		go s.fleets.Run(ctx)
+		return waitFor(ctx, s.fleets.HasSynced)
+	})
+	return nil
+}
+
+// addManifestsHook keeps --manifests-dir applied. Readiness waits for the
+// first pass over the manifests, so that a client that sees /readyz ok also
+// sees what they define.
+func (c CompletedConfig) addManifestsHook(server *genericapiserver.GenericAPIServer, s components) error {
+	applier, err := autoapply.New(autoapply.Config{Dir: c.config.ManifestsDir, Loopback: s.loopback})
+	if err != nil {
+		return err
+	}
+	server.AddPostStartHookOrDie("kplane-manifests", func(ctx genericapiserver.PostStartHookContext) error {
+		// Manifests may create planes: the plane manager must be running.
+		if err := waitFor(ctx, s.planes.HasSynced); err != nil {
+			return nil
+		}
+		firstPass := make(chan struct{})
+		go applier.Run(ctx, firstPass)
+		select {
+		case <-firstPass:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	return nil
+}
+
+// waitFor polls synced until it reports true or ctx is done.
+func waitFor(ctx context.Context, synced func() bool) error {
+	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return synced(), nil
+	})
+}
+
+// bootstrapGroups are the groups of the non-core resources bootstrap writes.
+var bootstrapGroups = map[string]string{
+	"clusterroles": rbacv1.GroupName, "clusterrolebindings": rbacv1.GroupName,
+	"roles": rbacv1.GroupName, "rolebindings": rbacv1.GroupName,
+	"flowschemas": flowcontrolv1.GroupName, "prioritylevelconfigurations": flowcontrolv1.GroupName,
+}
+
+// bootstrapStores returns the plane-scoped storage of a resource bootstrap
+// writes (core unless bootstrapGroups says otherwise).
+func (c CompletedConfig) bootstrapStores(resource string) *planestorage.Store {
+	return c.storage.Storage(schema.GroupResource{Group: bootstrapGroups[resource], Resource: resource})
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// run parses args (after the command name) into fresh options.
+func run(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	app := &cli.App{Commands: []*cli.Command{{Name: "server", Flags: o.Flags(), Action: func(*cli.Context) error { return nil }}}}
+	if err := app.Run(append([]string{"kplane", "server"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestFlagsBindOptions(t *testing.T) {
+	o := run(t, "--tls-san", "a.example", "--tls-san", "10.0.0.1", "--log-level", "debug", "--v", "3",
+		"--max-planes", "7", "--etcd-compaction-interval", "1m")
+	if !reflect.DeepEqual(o.TLSSANs, []string{"a.example", "10.0.0.1"}) {
+		t.Errorf("TLSSANs = %q", o.TLSSANs)
+	}
+	if o.LogLevel != "debug" || o.Verbosity != 3 || o.MaxPlanes != 7 || o.CompactionInterval.String() != "1m0s" {
+		t.Errorf("options = %+v", o)
+	}
+
+	t.Setenv("KPLANE_TLS_SAN", "x.example,y.example")
+	t.Setenv("KPLANE_LOG_LEVEL", "warn")
+	o = run(t)
+	if !reflect.DeepEqual(o.TLSSANs, []string{"x.example", "y.example"}) || o.LogLevel != "warn" {
+		t.Errorf("from the environment: TLSSANs %q, log level %q", o.TLSSANs, o.LogLevel)
+	}
+}
+
+func TestFlagsDefaults(t *testing.T) {
+	o := run(t)
+	want := NewOptions()
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("parsing no flags changed the defaults:\n got %+v\nwant %+v", o, want)
+	}
+}
+
+// Every flag can be set from a KPLANE_* environment variable (the systemd
+// unit and the container image configure the server that way).
+func TestFlagsHaveEnvVars(t *testing.T) {
+	for _, f := range NewOptions().Flags() {
+		env := f.(cli.DocGenerationFlag).GetEnvVars()
+		want := "KPLANE_" + strings.ToUpper(strings.ReplaceAll(f.Names()[0], "-", "_"))
+		if len(env) == 0 || env[0] != want {
+			t.Errorf("--%s: env vars %q, want %s first", f.Names()[0], env, want)
+		}
+	}
+}
