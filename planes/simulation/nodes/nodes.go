@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,14 +81,18 @@ func (p *Provisioner) Ensure(ctx context.Context, plane string) error {
 		delete(p.creating, plane)
 		p.mu.Unlock()
 	}()
-	ctx = planes.WithPlane(ctx, plane)
+	// The nodes are written at once: a plane's first pods wait for them.
+	g, ctx := errgroup.WithContext(planes.WithPlane(ctx, plane))
 	for i := 0; i < p.shape.Count; i++ {
-		_, err := p.client.CoreV1().Nodes().Create(ctx, p.node(i), metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating simulated node %d of plane %s: %w", i, plane, err)
-		}
+		g.Go(func() error {
+			_, err := p.client.CoreV1().Nodes().Create(ctx, p.node(i), metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating simulated node %d of plane %s: %w", i, plane, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 func (p *Provisioner) node(i int) *corev1.Node {

@@ -205,14 +205,15 @@ func (s *Scheduler) schedule(ctx context.Context, key string) error {
 		return nil
 	}
 	plane := planens.Plane(pod.Namespace)
+	if known, _ := s.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane); len(known) == 0 {
+		// The nodes' arrival queues the plane's pods again; a concurrent
+		// call for the same plane returns at once, freeing its worker.
+		return s.provision.Ensure(ctx, plane)
+	}
 	lock := &s.planeLocks[planeHash(plane)%uint32(len(s.planeLocks))]
 	lock.Lock()
 	defer lock.Unlock()
 	planeNodes, _ := s.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane)
-	if len(planeNodes) == 0 {
-		// The nodes' arrival queues the plane's pods again.
-		return s.provision.Ensure(ctx, plane)
-	}
 	node, why := s.pick(pod, planeNodes)
 	if node == nil {
 		return s.unschedulable(ctx, pod, fmt.Sprintf("0/%d nodes are available: %s.", len(planeNodes), why))
