@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -69,6 +69,7 @@ func main() {
 	gotestPlanes := flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
 	containerPlanes := flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
+	plainPlaneCount := flag.Int("plain-planes", 1000, "planes made from nothing in the plain-planes scenario (each mode)")
 	scenarioObjects := flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
 	scenarioMembers := flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
@@ -131,6 +132,8 @@ func main() {
 				CopyMembers: 10, Changes: 20, Resets: 50})
 		case "workloads":
 			res, err = workloadsScenario(bin, workloadsParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, ProfileDir: *profileDir})
+		case "plain-planes":
+			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

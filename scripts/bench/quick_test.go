@@ -52,7 +52,15 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("container: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container)
+	scenarios, err := scenariosScenario(binary, scenariosParams{Objects: 20, Members: 5, CopyMembers: 2, Changes: 3, Resets: 3})
+	if err != nil {
+		t.Fatalf("scenarios: %v", err)
+	}
+	plain, err := plainPlanesScenario(binary, plainPlanesParams{Planes: 10, Workers: 4})
+	if err != nil {
+		t.Fatalf("plain-planes: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
