@@ -276,7 +276,10 @@ func (m *Manager) ResetRevision(plane string) uint64 {
 	return 0
 }
 
-// Dependents implements planes/storage.Layers: the planes made from plane.
+// Dependents implements planes/storage.Layers: the planes made from
+// plane. A member whose records are all deleted (its Plane is only waiting
+// to be released) no longer holds its template; until then its deletion
+// may need the template's CRDs to find its own custom resources.
 func (m *Manager) Dependents(plane string) []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -286,7 +289,12 @@ func (m *Manager) Dependents(plane string) []string {
 	}
 	out := make([]string, 0, len(deps))
 	for d := range deps {
-		out = append(out, d)
+		if s := m.state[d]; s == nil || s.wiped == "" || s.wiped != s.uid {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
@@ -445,6 +453,9 @@ func (m *Manager) writeStatus(ctx context.Context, name string, status map[strin
 // writeCounts refreshes the object count in the status of every plane
 // whose count changed.
 func (m *Manager) writeCounts(ctx context.Context) {
+	// Counting asks the storage which planes custom resources serve, which
+	// asks the manager how planes are stacked: the lock is not held then
+	// (a read lock taken twice deadlocks once a writer waits between).
 	m.mu.RLock()
 	written := map[string]int64{}
 	for name, s := range m.state {
@@ -453,13 +464,10 @@ func (m *Manager) writeCounts(ctx context.Context) {
 		}
 	}
 	m.mu.RUnlock()
-	// Counted without m.mu: Counts.Plane asks the CRD index, which asks
-	// Template (m.mu.RLock again); a second RLock behind a waiting writer
-	// deadlocks every request.
 	var changed []string
 	counts := map[string]int64{}
-	for name, was := range written {
-		if n := m.config.Counts.Plane(name); n != was {
+	for name, last := range written {
+		if n := m.config.Counts.Plane(name); n != last {
 			changed = append(changed, name)
 			counts[name] = n
 		}

@@ -70,6 +70,7 @@ func main() {
 	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
 	containerPlanes := flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
 	plainPlaneCount := flag.Int("plain-planes", 1000, "planes made from nothing in the plain-planes scenario (each mode)")
+	plainBaseOnly := flag.Bool("plain-base-only", false, "measure only the base plane's server in the plain-planes scenario")
 	scenarioObjects := flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
 	scenarioMembers := flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
@@ -133,7 +134,7 @@ func main() {
 		case "workloads":
 			res, err = workloadsScenario(bin, workloadsParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "plain-planes":
-			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers})
+			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers, BaseOnly: *plainBaseOnly})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

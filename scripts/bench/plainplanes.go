@@ -14,6 +14,9 @@ import (
 type plainPlanesParams struct {
 	Planes  int
 	Workers int
+	// BaseOnly skips the copying server (for counts it would take long
+	// to reach).
+	BaseOnly bool
 }
 
 // plainPlanesScenario measures new planes made from nothing on a server
@@ -24,14 +27,18 @@ type plainPlanesParams struct {
 // plane, and the marginal memory of a plane.
 func plainPlanesScenario(binary string, p plainPlanesParams) (Result, error) {
 	figures := map[string]float64{}
-	for _, mode := range []struct{ prefix, flag string }{{"base_", "--plane-base=true"}, {"copy_", "--plane-base=false"}} {
+	modes := []struct{ prefix, flag string }{{"base_", "--plane-base=true"}, {"copy_", "--plane-base=false"}}
+	if p.BaseOnly {
+		modes = modes[:1]
+	}
+	for _, mode := range modes {
 		if err := plainPlanes(binary, p, mode.flag, mode.prefix, figures); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", mode.flag, err)
 		}
 	}
 	return Result{
 		Scenario: "plain-planes",
-		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "datastore": "sqlite"},
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "base_only": p.BaseOnly, "datastore": "sqlite"},
 		Figures:  figures,
 		Notes: []string{
 			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way).",

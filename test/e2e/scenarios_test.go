@@ -124,6 +124,42 @@ var scenarioKinds = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "namespaces"},
 }
 
+// opKinds are the resources random operations touch: the namespaced
+// scenario kinds and a custom resource (seedCustomResources).
+var opKinds = append(append([]schema.GroupVersionResource{}, scenarioKinds[:5]...), rayGVR)
+
+// seedCustomResources installs the RayService CRD in plane and creates
+// RayServices rs-0..rs-2 in namespace shop.
+func seedCustomResources(t *testing.T, s *framework.Server, plane string) {
+	t.Helper()
+	crdYAML, err := os.ReadFile("testdata/rayservices-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.MustKubectl(t, plane, string(crdYAML), "apply", "-f", "-")
+	waitEstablished(t, s, plane, "rayservices.ray.example.com")
+	for i := range 3 {
+		obj := newScenarioObject(rayGVR, fmt.Sprintf("rs-%d", i), "web")
+		if _, err := s.Dynamic(t, plane).Resource(rayGVR).Namespace("shop").Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// customState is plane's RayServices in namespace shop, as planeState.
+func customState(t *testing.T, d dynamic.Interface) map[string]string {
+	t.Helper()
+	list, err := d.Resource(rayGVR).Namespace("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing rayservices: %v", err)
+	}
+	out := map[string]string{}
+	for _, item := range list.Items {
+		out["rayservices/"+item.GetName()] = withoutPlaneDetails(&item)
+	}
+	return out
+}
+
 // planeState is a plane's objects of scenarioKinds, without what differs
 // between two planes holding the same objects (uid, resourceVersion,
 // timestamps, managed fields, the plane annotation).
@@ -284,10 +320,12 @@ func TestTemplateEquivalence(t *testing.T) {
 	tmpl, member, copied := uniquePlane(t, "eq-tmpl"), uniquePlane(t, "eq-member"), uniquePlane(t, "eq-copy")
 	createPlane(t, s, tmpl, "")
 	seedScenario(t, s.Client(t, tmpl))
+	seedCustomResources(t, s, tmpl)
 	createPlane(t, s, member, tmpl)
 	createPlane(t, s, copied, "")
 	seedScenario(t, s.Client(t, copied))
-	if d := diffStates(planeState(t, s.Dynamic(t, member)), planeState(t, s.Dynamic(t, copied))); d != "" {
+	seedCustomResources(t, s, copied)
+	if d := diffStates(fullState(t, s.Dynamic(t, member)), fullState(t, s.Dynamic(t, copied))); d != "" {
 		t.Fatalf("the member and the copy differ before any operation:\n%s", d)
 	}
 	dm, dc := s.Dynamic(t, member), s.Dynamic(t, copied)
@@ -302,7 +340,7 @@ func TestTemplateEquivalence(t *testing.T) {
 			t.Fatalf("seed %d, operation %d: the member answered\n  %s\nthe copy answered\n  %s", seed, i, am, ac)
 		}
 	}
-	if d := diffStates(planeState(t, dm), planeState(t, dc)); d != "" {
+	if d := diffStates(fullState(t, dm), fullState(t, dc)); d != "" {
 		t.Fatalf("seed %d: final states differ:\n%s", seed, d)
 	}
 	framework.Eventually(t, framework.DefaultTimeout, "the same watch events in both planes", func(context.Context) error {
@@ -312,6 +350,48 @@ func TestTemplateEquivalence(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Deleting the namespace the template holds deletes everything in it,
+	// inherited or not, as it does in the copy.
+	for _, plane := range []string{member, copied} {
+		if err := s.Client(t, plane).CoreV1().Namespaces().Delete(context.Background(), "shop", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, plane := range []string{member, copied} {
+		c := s.Client(t, plane)
+		framework.Eventually(t, framework.DefaultTimeout, "namespace shop of "+plane+" gone", func(ctx context.Context) error {
+			_, err := c.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there: %v", err)
+		})
+	}
+	if d := diffStates(fullState(t, dm), fullState(t, dc)); d != "" {
+		t.Fatalf("seed %d: states differ after the namespace's deletion:\n%s", seed, d)
+	}
+	if got := fullState(t, dm); len(got) == 0 {
+		t.Fatal("the member has no objects left at all: the comparison compared nothing")
+	}
+	for key := range fullState(t, dm) {
+		if strings.Contains(key, "/shop/") || strings.HasPrefix(key, "rayservices/") || key == "namespaces//shop" {
+			t.Fatalf("%s survived its namespace's deletion", key)
+		}
+	}
+	if _, err := s.Client(t, tmpl).CoreV1().ConfigMaps("shop").Get(context.Background(), "cm-0", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the member's namespace deletion reached its template: %v", err)
+	}
+}
+
+// fullState is planeState with the plane's RayServices.
+func fullState(t *testing.T, d dynamic.Interface) map[string]string {
+	t.Helper()
+	out := planeState(t, d)
+	for k, v := range customState(t, d) {
+		out[k] = v
+	}
+	return out
 }
 
 func firstDifference(a, b []string) string {
@@ -327,10 +407,9 @@ func firstDifference(a, b []string) string {
 // randomOp returns one operation on the scenario's kinds in namespace shop;
 // its answer is what a client sees, without what differs between planes.
 func randomOp(rng *rand.Rand) func(dynamic.Interface) string {
-	kinds := scenarioKinds[:5]
-	gvr := kinds[rng.Intn(len(kinds))]
+	gvr := opKinds[rng.Intn(len(opKinds))]
 	name := fmt.Sprintf("%s-%d", map[string]string{"configmaps": "cm", "secrets": "s", "serviceaccounts": "sa",
-		"roles": "r", "rolebindings": "rb"}[gvr.Resource], rng.Intn(8))
+		"roles": "r", "rolebindings": "rb", "rayservices": "rs"}[gvr.Resource], rng.Intn(8))
 	if gvr.Resource == "serviceaccounts" && rng.Intn(2) == 0 {
 		name = "robot"
 	}
@@ -385,7 +464,7 @@ func randomOp(rng *rand.Rand) func(dynamic.Interface) string {
 
 func newScenarioObject(gvr schema.GroupVersionResource, name, label string) *unstructured.Unstructured {
 	kind := map[string]string{"configmaps": "ConfigMap", "secrets": "Secret", "serviceaccounts": "ServiceAccount",
-		"roles": "Role", "rolebindings": "RoleBinding"}[gvr.Resource]
+		"roles": "Role", "rolebindings": "RoleBinding", "rayservices": "RayService"}[gvr.Resource]
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind,
 		"metadata": map[string]any{"name": name, "namespace": "shop", "labels": map[string]any{"tier": label}}}}
 	switch gvr.Resource {
@@ -395,6 +474,8 @@ func newScenarioObject(gvr schema.GroupVersionResource, name, label string) *uns
 		u.Object["rules"] = []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get"}}}
 	case "rolebindings":
 		u.Object["roleRef"] = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}
+	case "rayservices":
+		u.Object["spec"] = rayService(name, "https://m.example.com/"+label).Object["spec"]
 	}
 	return u
 }
@@ -428,7 +509,7 @@ func startRecording(t *testing.T, d dynamic.Interface) *recording {
 	r := &recording{ch: make(chan string, 4096)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	for _, gvr := range scenarioKinds[:5] {
+	for _, gvr := range opKinds {
 		list, err := d.Resource(gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -467,7 +548,7 @@ func (r *recording) events() []string {
 		byResource[res] = append(byResource[res], e)
 	}
 	var out []string
-	for _, gvr := range scenarioKinds[:5] {
+	for _, gvr := range opKinds {
 		out = append(out, byResource[gvr.Resource]...)
 	}
 	return out
@@ -749,4 +830,47 @@ func TestPlaneRecreatedAtOnce(t *testing.T) {
 		_, err := s.Client(t, name).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}}, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// TestTemplateGarbageCollection: a member's deletion of an inherited owner
+// collects the dependents it inherits, in that member only.
+func TestTemplateGarbageCollection(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, a, b := uniquePlane(t, "gc-tmpl"), uniquePlane(t, "gc-a"), uniquePlane(t, "gc-b")
+	createPlane(t, s, tmpl, "")
+	ct := s.Client(t, tmpl)
+	owner, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	for _, name := range []string{"dep-1", "dep-2"} {
+		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{ref}}}
+		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPlane(t, s, a, tmpl)
+	createPlane(t, s, b, tmpl)
+	ca := s.Client(t, a)
+	if err := ca.CoreV1().ConfigMaps("default").Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "inherited dependents collected in "+a, func(ctx context.Context) error {
+		for _, name := range []string{"dep-1", "dep-2"} {
+			if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s: %v", name, err)
+			}
+		}
+		return nil
+	})
+	for _, plane := range []string{tmpl, b} {
+		for _, name := range []string{"owner", "dep-1", "dep-2"} {
+			if _, err := s.Client(t, plane).CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+				t.Fatalf("%s lost %s when %s deleted its owner: %v", plane, name, a, err)
+			}
+		}
+	}
 }

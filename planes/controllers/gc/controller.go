@@ -134,6 +134,25 @@ func (c *Collector) Delete(_ schema.GroupResource, obj runtime.Object) {
 	for _, d := range c.graph.dependentsOf(plane, uid) {
 		c.queue.Add(task{op: attempt, object: d.object})
 	}
+	c.inheritedDependents(plane, uid)
+}
+
+// inheritedDependents queues, as objects of plane, the dependents of owner
+// that plane inherits from its templates: they are in the graph as their
+// template's objects only, and the plane's deletion of an inherited owner
+// (a tombstone) must collect them as it would copies. Each is decided on
+// what plane serves (it may have changed or deleted it meanwhile).
+func (c *Collector) inheritedDependents(plane string, owner types.UID) {
+	if c.config.Storage == nil {
+		return
+	}
+	for _, template := range c.config.Storage.Chain(plane) {
+		for _, d := range c.graph.dependentsOf(template, owner) {
+			o := d.object
+			o.plane = plane
+			c.queue.Add(task{op: attempt, object: o})
+		}
+	}
 }
 
 // StoreSynced implements controllers.LateStoreSubscriber: dependents of
