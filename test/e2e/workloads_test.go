@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -476,4 +477,58 @@ spec:
 		}
 		return nil
 	})
+}
+
+// TestWorkloadsUnschedulable: a Pod that fits no node (more cpu than a
+// node has, or a nodeSelector no node matches) stays Pending with
+// PodScheduled=False/Unschedulable and a FailedScheduling event, as
+// upstream; a Pod that tolerates nothing special and asks for little runs.
+func TestWorkloadsUnschedulable(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "unsched")
+	c := s.Client(t, plane)
+	pods := []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "huge"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "picky"}, Spec: corev1.PodSpec{NodeSelector: map[string]string{"gpu": "a100"},
+			Containers: []corev1.Container{{Name: "c", Image: "x"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}}}},
+	}
+	for _, p := range pods {
+		if _, err := c.CoreV1().Pods("default").Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "pod small running", func(ctx context.Context) error {
+		p, err := c.CoreV1().Pods("default").Get(ctx, "small", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("small: %v %v", p.Status.Phase, err)
+		}
+		return nil
+	})
+	for _, name := range []string{"huge", "picky"} {
+		want := map[string]string{"huge": "Insufficient cpu", "picky": "didn't match Pod's node affinity/selector"}[name]
+		framework.Eventually(t, framework.DefaultTimeout, "pod "+name+" unschedulable", func(ctx context.Context) error {
+			p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+				return framework.Stop(fmt.Errorf("pod %s scheduled to %q (%s)", name, p.Spec.NodeName, p.Status.Phase))
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse &&
+					cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, want) {
+					events, err := c.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedScheduling"})
+					if err != nil || len(events.Items) == 0 {
+						return fmt.Errorf("no FailedScheduling event for %s (%v)", name, err)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("pod %s conditions %+v", name, p.Status.Conditions)
+		})
+	}
 }
