@@ -193,6 +193,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	policy, _ := bootstrap.ParsePolicy(c.Options.PlaneBootstrap)
+	sim, _ := c.Options.simulationOptions()
 	apiConfig := &apiserver.Config{
 		BindAddress:       c.BindAddress,
 		Port:              c.Options.HTTPSPort,
@@ -212,6 +213,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
+		Simulation:                  sim,
 		CACert:                      c.CA.PEM,
 		CACertSignature:             caSignature(c.AdminToken, c.CA.PEM),
 		AdminUser:                   credentials.AdminUser,

@@ -47,6 +47,19 @@ type Options struct {
 	// garbage collection, service accounts): planes are API and storage only.
 	DisableControllers bool
 
+	// Simulation runs workloads in every plane: upstream workload
+	// controllers, simulated nodes, scheduler and kubelet. Off, planes are
+	// an API only (pods never run).
+	Simulation bool
+	// SimulationNodes is the number of simulated nodes of each plane and
+	// SimulationNodeCPU, -Memory, -Pods the allocatable of each.
+	SimulationNodes      int
+	SimulationNodeCPU    string
+	SimulationNodeMemory string
+	SimulationNodePods   int
+	// SimulationRunDuration is how long a run-to-completion pod runs.
+	SimulationRunDuration time.Duration
+
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
@@ -93,6 +106,12 @@ func NewOptions() *Options {
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
 		CompactionInterval:          5 * time.Minute,
+		Simulation:                  true,
+		SimulationNodes:             3,
+		SimulationNodeCPU:           "8",
+		SimulationNodeMemory:        "32Gi",
+		SimulationNodePods:          110,
+		SimulationRunDuration:       time.Second,
 		PlaneBootstrap:              "minimal",
 		PlaneBase:                   true,
 		MetricsTopPlanes:            20,
@@ -160,6 +179,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SnapshotMaxStreamTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("--snapshot-max-stream-timeout %s: want at least 1s", o.SnapshotMaxStreamTimeout))
+	}
+	if _, err := o.simulationOptions(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())

@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -134,6 +134,8 @@ func main() {
 		case "scenarios":
 			res, err = scenariosScenario(bin, scenariosParams{Objects: *scenarioObjects, Members: *scenarioMembers,
 				CopyMembers: 10, Changes: 20, Resets: 50})
+		case "workloads":
+			res, err = workloadsScenario(bin, workloadsParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, ProfileDir: *profileDir})
 		case "plain-planes":
 			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers, BaseOnly: *plainBaseOnly})
 		case "quota":

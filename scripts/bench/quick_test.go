@@ -60,7 +60,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("plain-planes: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain)
+	workloads, err := workloadsScenario(binary, workloadsParams{Planes: 5, Workers: 4, Bootstrap: "minimal"})
+	if err != nil {
+		t.Fatalf("workloads: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")

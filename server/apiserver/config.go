@@ -40,6 +40,7 @@ import (
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/quota"
+	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
@@ -77,6 +78,8 @@ type Config struct {
 
 	// DisableControllers runs no generic controllers.
 	DisableControllers bool
+	// Simulation runs workloads in every plane (nil: API only).
+	Simulation *simulation.Options
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
 	CACert []byte

@@ -63,11 +63,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
+	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
+	if err != nil {
+		return nil, fmt.Errorf("workload simulation: %w", err)
+	}
 	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		[]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics})
+		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics}, sim))
 	if err != nil {
 		return nil, err
 	}
+	addSimulationHook(generic, sim, manager)
 	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
 	if err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)

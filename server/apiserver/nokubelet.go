@@ -3,12 +3,19 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/rest"
+	api "k8s.io/kubernetes/pkg/apis/core"
 	podrest "k8s.io/kubernetes/pkg/registry/core/pod/rest"
+
+	"kplane.dev/kplane/planes/simulation/kubelet"
 )
 
 // A plane is an API, not a cluster: no node runs its pods. The subresources
@@ -52,6 +59,35 @@ type noKubeletLog struct {
 	*podrest.LogREST
 }
 
-func (n noKubeletLog) Get(context.Context, string, runtime.Object) (runtime.Object, error) {
-	return nil, kubeletUnavailable("pods/log")
+// Get answers the log of a container the workload simulation started
+// (planes/simulation/kubelet.Log); any other pod has no kubelet to ask.
+func (n noKubeletLog) Get(ctx context.Context, name string, opts runtime.Object) (runtime.Object, error) {
+	obj, err := n.Store.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pod, ok := obj.(*api.Pod)
+	if !ok {
+		return nil, kubeletUnavailable("pods/log")
+	}
+	logOpts, _ := opts.(*api.PodLogOptions)
+	text, simulated, err := kubelet.Log(pod, logOpts)
+	switch {
+	case !simulated:
+		return nil, kubeletUnavailable("pods/log")
+	case err != nil:
+		return nil, err
+	}
+	return &simulatedLog{text: text}, nil
+}
+
+// simulatedLog streams a simulated container's log as text.
+type simulatedLog struct{ text string }
+
+var _ rest.ResourceStreamer = &simulatedLog{}
+
+func (l *simulatedLog) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (l *simulatedLog) DeepCopyObject() runtime.Object   { c := *l; return &c }
+func (l *simulatedLog) InputStream(context.Context, string, string) (io.ReadCloser, bool, string, error) {
+	return io.NopCloser(strings.NewReader(l.text)), false, "text/plain", nil
 }

@@ -32,6 +32,8 @@ type fileWork struct {
 	hash [sha256.Size]byte
 	docs []document
 	errs []error
+	// quiet: the caller reports (the CLI), the server's log does not.
+	quiet bool
 }
 
 func (w *fileWork) log(d document) *logrus.Entry {
@@ -44,10 +46,16 @@ func (w *fileWork) log(d document) *logrus.Entry {
 	})
 }
 
-func (w *fileWork) applied(d document) { w.log(d).Info("manifest object applied") }
+func (w *fileWork) applied(d document) {
+	if !w.quiet {
+		w.log(d).Info("manifest object applied")
+	}
+}
 
 func (w *fileWork) fail(d document, err error) {
-	w.log(d).WithError(err).Error("manifest object not applied")
+	if !w.quiet {
+		w.log(d).WithError(err).Error("manifest object not applied")
+	}
 	w.errs = append(w.errs, fmt.Errorf("document %d (%s %s in plane %s): %w", d.index, d.obj.GetKind(), d.obj.GetName(), d.plane, err))
 }
 

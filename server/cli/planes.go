@@ -19,6 +19,7 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/server/autoapply"
 )
 
 // PlanesCommand is `kplane planes list|create|delete|reset`.
@@ -33,7 +34,9 @@ func PlanesCommand() *cli.Command {
 				Flags: append(adminFlags(), wait, &cli.StringFlag{Name: "template",
 					Usage: "start as this plane's state, storing only what changes (the template is read-only while used)"},
 					&cli.StringFlag{Name: "from",
-						Usage: "start as a clone of this plane's state now (over its template); the planes change apart afterwards"}),
+						Usage: "start as a clone of this plane's state now (over its template); the planes change apart afterwards"},
+					&cli.StringSliceFlag{Name: "filename", Aliases: []string{"f"},
+						Usage: "then apply these manifests (files or directories; server-side apply, CRDs first) to the plane: a scenario to make planes from"}),
 				Action: createPlane},
 			{Name: "reset", Usage: "return plane <id> to its template's state (or to an empty plane)", ArgsUsage: "<id>",
 				Flags: adminFlags(), Action: resetPlane},
@@ -96,6 +99,11 @@ func createPlane(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if files := c.StringSlice("filename"); len(files) > 0 {
+		if err := autoapply.CheckManifests(id, files); err != nil {
+			return err
+		}
+	}
 	p := lifecycle.NewPlane(id)
 	p.Spec.Template = c.String("template")
 	p.Spec.From = c.String("from")
@@ -114,6 +122,27 @@ func createPlane(c *cli.Context) error {
 		return fmt.Errorf("plane %s not ready: %w", id, err)
 	}
 	fmt.Printf("plane/%s created\n", id)
+	if files := c.StringSlice("filename"); len(files) > 0 {
+		return applyManifests(c, id, files)
+	}
+	return nil
+}
+
+// applyManifests applies files to the new plane id.
+func applyManifests(c *cli.Context, id string, files []string) error {
+	a, err := loadAdmin(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := a.config(planes.Root)
+	if err != nil {
+		return err
+	}
+	applied, err := autoapply.ApplyToPlane(c.Context, cfg, id, files)
+	fmt.Printf("plane/%s: %d objects applied\n", id, applied)
+	if err != nil {
+		return fmt.Errorf("plane %s was created, but not every manifest was applied:\n%w", id, err)
+	}
 	return nil
 }
 

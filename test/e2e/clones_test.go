@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -172,5 +173,69 @@ func TestCloneBadInput(t *testing.T) {
 	patch := []byte(`{"spec":{"from":"root"}}`)
 	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(ctx, clone, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsInvalid(err) {
 		t.Errorf("changing spec.from later: want 422, got %v", err)
+	}
+}
+
+// TestCreateFromManifests: `kplane planes create <id> -f <dir>` makes a
+// scenario from manifests (a CRD and objects of it included), ready to
+// make planes from.
+func TestCreateFromManifests(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	dir := t.TempDir()
+	crdYAML, err := os.ReadFile("testdata/rayservices-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"01-crd.yaml": string(crdYAML),
+		"02-shop.yaml": `apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: shop}
+data: {mode: broken}
+---
+apiVersion: ray.example.com/v1
+kind: RayService
+metadata: {name: serve, namespace: shop}
+spec: {dag: {source: "https://m.example.com/serve"}}
+`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scenario := uniquePlane(t, "from-files")
+	out, err := kplaneCmd(t, s, "planes", "create", scenario, "-f", dir)
+	if err != nil || !strings.Contains(out, "4 objects applied") {
+		t.Fatalf("kplane planes create -f: %v\n%s", err, out)
+	}
+	member := uniquePlane(t, "from-files-member")
+	createPlane(t, s, member, scenario)
+	cm, err := s.Client(t, member).CoreV1().ConfigMaps("shop").Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil || cm.Data["mode"] != "broken" {
+		t.Fatalf("the member's ConfigMap from the manifests: %v %v", cm, err)
+	}
+	if _, err := s.Dynamic(t, member).Resource(rayGVR).Namespace("shop").Get(ctx, "serve", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the member's RayService from the manifests: %v", err)
+	}
+
+	// A manifest for another plane is refused before anything is applied.
+	bad := filepath.Join(t.TempDir(), "other.yaml")
+	if err := os.WriteFile(bad, []byte("plane: elsewhere\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: default}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := uniquePlane(t, "from-bad")
+	out, err = kplaneCmd(t, s, "planes", "create", refused, "-f", bad)
+	if err == nil || !strings.Contains(out, "names plane elsewhere") {
+		t.Fatalf("a manifest for another plane: want an error naming it, got %v\n%s", err, out)
+	}
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Get(ctx, refused, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the plane of refused manifests was created: %v", err)
 	}
 }

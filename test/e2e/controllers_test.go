@@ -292,6 +292,9 @@ func TestGarbageCollection(t *testing.T) {
 	t.Parallel()
 	s := shared
 	plane, other := uniquePlane(t, "gc"), uniquePlane(t, "gc-other")
+	// Deployment -> ReplicaSet -> Pod are built by hand: the workload
+	// controllers must not take them over.
+	apiOnlyPlane(t, s, plane)
 	c, co := s.Client(t, plane), s.Client(t, other)
 	ctx := context.Background()
 	ns := "default"
@@ -599,6 +602,7 @@ func TestControllersSurvivePlaneDeletion(t *testing.T) {
 	t.Parallel()
 	s := shared
 	plane := uniquePlane(t, "midwork")
+	apiOnlyPlane(t, s, plane)
 	c := s.Client(t, plane)
 	ctx := context.Background()
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "w"}}, metav1.CreateOptions{}); err != nil {

@@ -874,3 +874,91 @@ func TestTemplateGarbageCollection(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberDeltaStream: a member's snapshot delta stream tells changes of
+// inherited objects as a copy's would: an inherited object's deletion is
+// DELETED, its first change MODIFIED.
+func TestMemberDeltaStream(t *testing.T) {
+	t.Parallel()
+	s := shared
+	tmpl, member := uniquePlane(t, "delta-tmpl"), uniquePlane(t, "delta-member")
+	createPlane(t, s, tmpl, "")
+	seedScenario(t, s.Client(t, tmpl))
+	createPlane(t, s, member, tmpl)
+	snap := mustSnapshot(t, member, "warm=true")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, errs, code, body := openStream(t, ctx, member, snap.ResourceVersion)
+	if code != http.StatusOK {
+		t.Fatalf("stream: %d %s", code, body)
+	}
+	c := s.Client(t, member)
+	if err := c.CoreV1().ConfigMaps("shop").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ConfigMaps("shop").Patch(ctx, "cm-1", types.MergePatchType, []byte(`{"data":{"v":"changed"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-0", Namespace: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"DELETED cm-0", "MODIFIED cm-1", "ADDED cm-0"}
+	var got []string
+	deadline := time.After(framework.DefaultTimeout)
+	for len(got) < len(want) {
+		select {
+		case ev := <-events:
+			if ev.Resource != "configmaps" {
+				continue
+			}
+			md, _ := ev.Object["metadata"].(map[string]any)
+			if annotations, _ := md["annotations"].(map[string]any); annotations["kplane.dev/layer"] != nil {
+				t.Fatalf("the stream shows a layer record: %v", md)
+			}
+			got = append(got, fmt.Sprintf("%s %v", ev.Type, md["name"]))
+		case err := <-errs:
+			t.Fatal(err)
+		case <-deadline:
+			t.Fatalf("stream events %v, want %v", got, want)
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("stream events %v, want %v", got, want)
+	}
+}
+
+// TestMemberServiceIPs: a member never hands out the ClusterIP of a
+// Service it inherits. The range is small enough that an allocator that
+// ignored the template's Services would collide.
+func TestMemberServiceIPs(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{Args: []string{"--service-cidr", "10.97.0.0/29"}})
+	ctx := context.Background()
+	createPlane(t, s, "tmpl", "")
+	taken := map[string]string{"10.97.0.1": "kubernetes"}
+	create := func(plane, name string) (*corev1.Service, error) {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+		return s.Client(t, plane).CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	}
+	// Six addresses (.1 to .6), .1 the kubernetes Service's: the template
+	// takes four of the other five.
+	for i := range 4 {
+		got, err := create("tmpl", fmt.Sprintf("t-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken[got.Spec.ClusterIP] = got.Name
+	}
+	createPlane(t, s, "member", "tmpl")
+	got, err := create("member", "m-0")
+	if err != nil {
+		t.Fatalf("the member's Service in the one address left: %v", err)
+	}
+	if other, dup := taken[got.Spec.ClusterIP]; dup {
+		t.Fatalf("the member gave m-0 the ClusterIP %s of %s, which it inherits", got.Spec.ClusterIP, other)
+	}
+	if _, err := create("member", "m-1"); err == nil {
+		t.Fatal("the member allocated a seventh address from a range of six")
+	}
+}

@@ -75,8 +75,8 @@ func TestServiceAddressesPerPlane(t *testing.T) {
 }
 
 // TestKubeletSubresources: logs, exec, attach, port-forward and proxy need
-// a kubelet; a plane has none, so they answer a clear error instead of
-// dialing anything.
+// a kubelet; a Pod bound to a Node of the tenant's own (not a simulated
+// one) has none, so they answer a clear error instead of dialing anything.
 func TestKubeletSubresources(t *testing.T) {
 	t.Parallel()
 	plane := uniquePlane(t, "kubelet")

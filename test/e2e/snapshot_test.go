@@ -264,6 +264,9 @@ func wantStatus(t *testing.T, code int, body []byte, wantCode int, parts ...stri
 // setupShop fills plane with snapshotManifest and a Widget.
 func setupShop(t *testing.T, plane string) {
 	t.Helper()
+	// The shop's Deployment and Pod are compared as written: no workload
+	// simulation acts on them.
+	apiOnlyPlane(t, shared, plane)
 	shared.MustKubectl(t, plane, snapshotManifest, "apply", "-f", "-")
 	waitEstablished(t, shared, plane, "widgets.example.com")
 	shared.MustKubectl(t, plane, widgetManifest, "apply", "-f", "-")

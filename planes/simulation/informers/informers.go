@@ -1,0 +1,139 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Informers are one client-go informer per resource for every plane,
+// filled from the shared watch caches (no watch of their own on the
+// datastore, no informer per plane). Their objects carry the plane folded
+// into the namespace (nodes: the name), see planens.
+type Informers struct {
+	Deployments    appsinformers.DeploymentInformer
+	ReplicaSets    appsinformers.ReplicaSetInformer
+	Jobs           batchinformers.JobInformer
+	CronJobs       batchinformers.CronJobInformer
+	Pods           coreinformers.PodInformer
+	Services       coreinformers.ServiceInformer
+	Nodes          coreinformers.NodeInformer
+	EndpointSlices discoveryinformers.EndpointSliceInformer
+
+	all []cache.SharedIndexInformer
+}
+
+// New builds the informers over registry's storages; Start runs them.
+// off (nil: none) names the planes whose objects are left out.
+func New(registry *planestorage.Registry, off func(plane string) bool) (*Informers, error) {
+	i := &Informers{}
+	var err error
+	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
+		if err != nil {
+			return nil
+		}
+		store := registry.Storage(gr)
+		if store == nil {
+			err = fmt.Errorf("no storage for %s", gr)
+			return nil
+		}
+		inf := cache.NewSharedIndexInformer((&source{store: store, kind: k, off: off}).listerWatcher(), k.object(), 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		i.all = append(i.all, inf)
+		return inf
+	}
+	i.Deployments = deploymentInformer{build(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployments)}
+	i.ReplicaSets = replicaSetInformer{build(schema.GroupResource{Group: "apps", Resource: "replicasets"}, replicaSets)}
+	i.Jobs = jobInformer{build(schema.GroupResource{Group: "batch", Resource: "jobs"}, jobs)}
+	i.CronJobs = cronJobInformer{build(schema.GroupResource{Group: "batch", Resource: "cronjobs"}, cronJobs)}
+	i.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, pods)}
+	i.Services = serviceInformer{build(schema.GroupResource{Resource: "services"}, services)}
+	i.Nodes = nodeInformer{build(schema.GroupResource{Resource: "nodes"}, nodes)}
+	i.EndpointSlices = endpointSliceInformer{build(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, endpointSlices)}
+	if err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// Start runs every informer until ctx is done.
+func (i *Informers) Start(ctx context.Context) {
+	for _, inf := range i.all {
+		go inf.RunWithContext(ctx)
+	}
+}
+
+// WaitForSync waits for every informer's first list.
+func (i *Informers) WaitForSync(ctx context.Context) bool {
+	synced := make([]cache.InformerSynced, len(i.all))
+	for n, inf := range i.all {
+		synced[n] = inf.HasSynced
+	}
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+type deploymentInformer struct{ cache.SharedIndexInformer }
+
+func (d deploymentInformer) Informer() cache.SharedIndexInformer { return d.SharedIndexInformer }
+func (d deploymentInformer) Lister() appslisters.DeploymentLister {
+	return appslisters.NewDeploymentLister(d.GetIndexer())
+}
+
+type replicaSetInformer struct{ cache.SharedIndexInformer }
+
+func (r replicaSetInformer) Informer() cache.SharedIndexInformer { return r.SharedIndexInformer }
+func (r replicaSetInformer) Lister() appslisters.ReplicaSetLister {
+	return appslisters.NewReplicaSetLister(r.GetIndexer())
+}
+
+type jobInformer struct{ cache.SharedIndexInformer }
+
+func (j jobInformer) Informer() cache.SharedIndexInformer { return j.SharedIndexInformer }
+func (j jobInformer) Lister() batchlisters.JobLister {
+	return batchlisters.NewJobLister(j.GetIndexer())
+}
+
+type cronJobInformer struct{ cache.SharedIndexInformer }
+
+func (c cronJobInformer) Informer() cache.SharedIndexInformer { return c.SharedIndexInformer }
+func (c cronJobInformer) Lister() batchlisters.CronJobLister {
+	return batchlisters.NewCronJobLister(c.GetIndexer())
+}
+
+type podInformer struct{ cache.SharedIndexInformer }
+
+func (p podInformer) Informer() cache.SharedIndexInformer { return p.SharedIndexInformer }
+func (p podInformer) Lister() corelisters.PodLister       { return corelisters.NewPodLister(p.GetIndexer()) }
+
+type serviceInformer struct{ cache.SharedIndexInformer }
+
+func (s serviceInformer) Informer() cache.SharedIndexInformer { return s.SharedIndexInformer }
+func (s serviceInformer) Lister() corelisters.ServiceLister {
+	return corelisters.NewServiceLister(s.GetIndexer())
+}
+
+type nodeInformer struct{ cache.SharedIndexInformer }
+
+func (n nodeInformer) Informer() cache.SharedIndexInformer { return n.SharedIndexInformer }
+func (n nodeInformer) Lister() corelisters.NodeLister {
+	return corelisters.NewNodeLister(n.GetIndexer())
+}
+
+type endpointSliceInformer struct{ cache.SharedIndexInformer }
+
+func (e endpointSliceInformer) Informer() cache.SharedIndexInformer { return e.SharedIndexInformer }
+func (e endpointSliceInformer) Lister() discoverylisters.EndpointSliceLister {
+	return discoverylisters.NewEndpointSliceLister(e.GetIndexer())
+}

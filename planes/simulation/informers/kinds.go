@@ -1,0 +1,103 @@
+package informers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"kplane.dev/kplane/planes/simulation/planens"
+)
+
+// foldNamespace is the fold of every namespaced object.
+func foldNamespace(plane string, obj runtime.Object) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetNamespace(planens.Join(plane, accessor.GetNamespace()))
+	}
+}
+
+var (
+	deployments = kind{
+		object: func() runtime.Object { return &appsv1.Deployment{} },
+		list:   func() runtime.Object { return &appsv1.DeploymentList{} },
+		fold:   foldNamespace,
+	}
+	replicaSets = kind{
+		object: func() runtime.Object { return &appsv1.ReplicaSet{} },
+		list:   func() runtime.Object { return &appsv1.ReplicaSetList{} },
+		fold:   foldNamespace,
+	}
+	jobs = kind{
+		object: func() runtime.Object { return &batchv1.Job{} },
+		list:   func() runtime.Object { return &batchv1.JobList{} },
+		fold:   foldNamespace,
+	}
+	cronJobs = kind{
+		object: func() runtime.Object { return &batchv1.CronJob{} },
+		list:   func() runtime.Object { return &batchv1.CronJobList{} },
+		fold:   foldNamespace,
+	}
+	pods = kind{
+		object: func() runtime.Object { return &corev1.Pod{} },
+		list:   func() runtime.Object { return &corev1.PodList{} },
+		fold: func(plane string, obj runtime.Object) {
+			pod := obj.(*corev1.Pod)
+			pod.Namespace = planens.Join(plane, pod.Namespace)
+			if pod.Spec.NodeName != "" {
+				pod.Spec.NodeName = planens.Join(plane, pod.Spec.NodeName)
+			}
+		},
+	}
+	// services: only those with a selector have endpoints to keep (every
+	// plane's default/kubernetes has none, so an idle plane adds nothing).
+	services = kind{
+		object: func() runtime.Object { return &corev1.Service{} },
+		list:   func() runtime.Object { return &corev1.ServiceList{} },
+		fold:   foldNamespace,
+		keep:   func(obj runtime.Object) bool { return obj.(*corev1.Service).Spec.Selector != nil },
+	}
+	// endpointSlices: only those the upstream controller manages.
+	endpointSlices = kind{
+		object: func() runtime.Object { return &discoveryv1.EndpointSlice{} },
+		list:   func() runtime.Object { return &discoveryv1.EndpointSliceList{} },
+		fold: func(plane string, obj runtime.Object) {
+			slice := obj.(*discoveryv1.EndpointSlice)
+			slice.Namespace = planens.Join(plane, slice.Namespace)
+			// The endpoints are shared with the cache: fold a copy.
+			endpoints := make([]discoveryv1.Endpoint, len(slice.Endpoints))
+			for i, e := range slice.Endpoints {
+				if e.NodeName != nil {
+					name := planens.Join(plane, *e.NodeName)
+					e.NodeName = &name
+				}
+				if e.TargetRef != nil {
+					ref := *e.TargetRef
+					if ref.Namespace != "" {
+						ref.Namespace = planens.Join(plane, ref.Namespace)
+					}
+					e.TargetRef = &ref
+				}
+				endpoints[i] = e
+			}
+			slice.Endpoints = endpoints
+		},
+		keep: func(obj runtime.Object) bool {
+			return obj.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelManagedBy] == EndpointSliceManager
+		},
+	}
+	// nodes are cluster-scoped: the plane is folded into the name.
+	nodes = kind{
+		object: func() runtime.Object { return &corev1.Node{} },
+		list:   func() runtime.Object { return &corev1.NodeList{} },
+		fold: func(plane string, obj runtime.Object) {
+			node := obj.(*corev1.Node)
+			node.Name = planens.Join(plane, node.Name)
+		},
+	}
+)
+
+// EndpointSliceManager is the managed-by label value of upstream's
+// EndpointSlice controller.
+const EndpointSliceManager = "endpointslice-controller.k8s.io"

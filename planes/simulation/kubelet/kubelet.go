@@ -1,0 +1,188 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"kplane.dev/kplane/planes/simulation/informers"
+	"kplane.dev/kplane/planes/simulation/nodes"
+)
+
+// RunDurationAnnotation on a pod sets how long its containers run before
+// a run-to-completion pod succeeds (a Go duration, e.g. "30s").
+const RunDurationAnnotation = "kplane.dev/run-duration"
+
+// Config is how the simulated kubelet behaves.
+type Config struct {
+	// RunDuration is how long a run-to-completion pod runs.
+	RunDuration time.Duration
+	Workers     int
+}
+
+// Kubelet runs the pods of the simulated nodes.
+type Kubelet struct {
+	config Config
+	client kubernetes.Interface
+	pods   cache.SharedIndexInformer
+	nodes  cache.SharedIndexInformer
+	queue  workqueue.TypedRateLimitingInterface[string]
+	ips    *addresses
+}
+
+// New returns a kubelet over the shared informers; client is the
+// plane-folding client (planeclient).
+func New(config Config, client kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
+	if config.Workers <= 0 {
+		config.Workers = 16
+	}
+	k := &Kubelet{
+		config: config, client: client, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet"}),
+	}
+	if err := informers.AddNodeIndex(k.pods); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
+	}
+	k.ips = newAddresses(k.pods)
+	if _, err := k.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    k.podChanged,
+		UpdateFunc: func(_, obj any) { k.podChanged(obj) },
+		DeleteFunc: k.podDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Run works until ctx is done.
+func (k *Kubelet) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer k.queue.ShutDown()
+	for i := 0; i < k.config.Workers; i++ {
+		go wait.UntilWithContext(ctx, k.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (k *Kubelet) worker(ctx context.Context) {
+	for {
+		key, quit := k.queue.Get()
+		if quit {
+			return
+		}
+		err := k.sync(ctx, key)
+		k.queue.Done(key)
+		if err == nil {
+			k.queue.Forget(key)
+			continue
+		}
+		logrus.WithError(err).WithField("pod", key).Debug("simulated kubelet retries")
+		k.queue.AddRateLimited(key)
+	}
+}
+
+func (k *Kubelet) podChanged(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return
+	}
+	k.ips.observed(pod)
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" ||
+		(pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod)) {
+		key, _ := cache.MetaNamespaceKeyFunc(pod)
+		k.queue.Add(key)
+	}
+}
+
+func (k *Kubelet) podDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		k.ips.released(pod)
+	}
+}
+
+// simulated returns the simulated node pod runs on, or nil.
+func (k *Kubelet) simulated(pod *corev1.Pod) *corev1.Node {
+	obj, exists, err := k.nodes.GetIndexer().GetByKey(pod.Spec.NodeName)
+	if err != nil || !exists {
+		return nil
+	}
+	node := obj.(*corev1.Node)
+	if node.Labels[nodes.SimulatedLabel] != "true" {
+		return nil
+	}
+	return node
+}
+
+func (k *Kubelet) sync(ctx context.Context, key string) error {
+	obj, exists, err := k.pods.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	node := k.simulated(pod)
+	if node == nil {
+		return nil
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return k.remove(ctx, pod)
+	case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
+		return k.start(ctx, pod, node)
+	case pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod):
+		if left := k.runDuration(pod) - time.Since(k.startTime(pod)); left > 0 {
+			k.queue.AddAfter(key, left)
+			return nil
+		}
+		return k.complete(ctx, pod)
+	}
+	return nil
+}
+
+// remove ends a graceful deletion: the containers are gone at once.
+func (k *Kubelet) remove(ctx context.Context, pod *corev1.Pod) error {
+	zero := int64(0)
+	err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
+	if v, ok := pod.Annotations[RunDurationAnnotation]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d
+		}
+	}
+	return k.config.RunDuration
+}
+
+func runsToCompletion(pod *corev1.Pod) bool {
+	return pod.Spec.RestartPolicy == corev1.RestartPolicyNever || pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
+}
+
+func (k *Kubelet) startTime(pod *corev1.Pod) time.Time {
+	if t, ok := k.ips.startedAt(pod); ok {
+		return t
+	}
+	if pod.Status.StartTime != nil {
+		return pod.Status.StartTime.Time
+	}
+	return time.Now()
+}

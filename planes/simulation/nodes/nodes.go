@@ -1,0 +1,140 @@
+// Package nodes gives a plane its simulated nodes on first need: Ready,
+// with capacity, a pod CIDR each, and no heartbeat (nothing here runs per
+// node or per plane; a node is only an object in the plane).
+package nodes
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"kplane.dev/kplane/planes"
+)
+
+const (
+	// SimulatedLabel marks the nodes this package made; the simulated
+	// kubelet runs only their pods.
+	SimulatedLabel = "kplane.dev/simulated"
+	// namePrefix names the simulated nodes: kplane-node-0, -1, ...
+	namePrefix = "kplane-node-"
+	// MaxCount bounds the nodes of a plane: each takes a /24 of the
+	// plane's pod CIDR 10.244.0.0/16 and a host address in 172.20.0.0/16.
+	MaxCount = 250
+)
+
+// Shape is what every simulated node of a plane looks like.
+type Shape struct {
+	Count  int
+	CPU    resource.Quantity
+	Memory resource.Quantity
+	Pods   resource.Quantity
+	// KubeletVersion is reported in the node info.
+	KubeletVersion string
+}
+
+// DefaultShape is three nodes of 8 CPUs, 32 GiB and 110 pods.
+func DefaultShape() Shape {
+	return Shape{Count: 3, CPU: resource.MustParse("8"), Memory: resource.MustParse("32Gi"), Pods: resource.MustParse("110")}
+}
+
+// Provisioner creates the nodes of a plane.
+type Provisioner struct {
+	client kubernetes.Interface
+	shape  Shape
+
+	mu sync.Mutex
+	// creating holds the planes whose nodes are being created.
+	creating map[string]bool
+}
+
+// NewProvisioner returns a provisioner writing with client (a client that
+// addresses the plane in each call's context).
+func NewProvisioner(client kubernetes.Interface, shape Shape) (*Provisioner, error) {
+	if shape.Count < 1 || shape.Count > MaxCount {
+		return nil, fmt.Errorf("simulated nodes per plane must be 1 to %d, not %d", MaxCount, shape.Count)
+	}
+	return &Provisioner{client: client, shape: shape, creating: map[string]bool{}}, nil
+}
+
+// Ensure creates plane's nodes (those that exist are left alone). Only one
+// call per plane runs at a time; a concurrent one returns at once.
+func (p *Provisioner) Ensure(ctx context.Context, plane string) error {
+	p.mu.Lock()
+	if p.creating[plane] {
+		p.mu.Unlock()
+		return nil
+	}
+	p.creating[plane] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.creating, plane)
+		p.mu.Unlock()
+	}()
+	// The nodes are written at once: a plane's first pods wait for them.
+	g, ctx := errgroup.WithContext(planes.WithPlane(ctx, plane))
+	for i := 0; i < p.shape.Count; i++ {
+		g.Go(func() error {
+			_, err := p.client.CoreV1().Nodes().Create(ctx, p.node(i), metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating simulated node %d of plane %s: %w", i, plane, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func (p *Provisioner) node(i int) *corev1.Node {
+	name := fmt.Sprintf("%s%d", namePrefix, i)
+	now := metav1.NewTime(time.Now())
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: p.shape.CPU, corev1.ResourceMemory: p.shape.Memory, corev1.ResourcePods: p.shape.Pods,
+	}
+	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message,
+			LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			SimulatedLabel: "true", corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: PodCIDR(i).String(), PodCIDRs: []string{PodCIDR(i).String()}},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Phase: corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{
+				condition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "simulated node is ready"),
+				condition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", ""),
+				condition(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", ""),
+				condition(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", ""),
+			},
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: HostIP(i).String()},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+			NodeInfo: corev1.NodeSystemInfo{
+				OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: p.shape.KubeletVersion,
+				ContainerRuntimeVersion: "kplane-simulated://1", OSImage: "kplane simulated node",
+			},
+		},
+	}
+}
+
+// PodCIDR is the pod range of the i-th simulated node of a plane.
+func PodCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
+}
+
+// HostIP is the address of the i-th simulated node of a plane.
+func HostIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{172, 20, 0, byte(i + 2)}) }

@@ -1,0 +1,148 @@
+// Package planeclient is the in-process client of the upstream workload
+// controllers: they see every plane's objects with the plane folded into
+// the namespace (planens), and this client unfolds it on the way out.
+//
+// A request whose path names a folded namespace (or a folded node name) is
+// sent to that plane with the plane removed from the path and from the
+// body's namespace and nodeName fields; the answer gets the plane folded
+// back in, so an object a controller reads back from a write is keyed as
+// the ones its listers hold. Requests that name no plane go to the plane in
+// their context (loopback.Routed) and are refused without one. JSON only:
+// bodies are rewritten as JSON.
+package planeclient
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	restclient "k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/simulation/planens"
+)
+
+// Config returns a copy of routed (a loopback.Controller config) whose
+// requests may name their plane in a folded namespace or node name.
+func Config(routed *restclient.Config) *restclient.Config {
+	c := restclient.CopyConfig(routed)
+	c.ContentType = runtime.ContentTypeJSON
+	c.AcceptContentTypes = runtime.ContentTypeJSON
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &unfold{next: rt} })
+	return c
+}
+
+type unfold struct{ next http.RoundTripper }
+
+func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
+	plane, path := splitPath(req.URL.Path)
+	if plane == "" {
+		return u.next.RoundTrip(req)
+	}
+	out := req.Clone(planes.WithPlane(req.Context(), plane))
+	out.URL.Path, out.URL.RawPath = path, ""
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody && isJSON(req.Header.Get("Content-Type")) {
+		var err error
+		body, err = rewrite(req.Body, func(s string) string { return planens.Strip(s) })
+		if err != nil {
+			return nil, fmt.Errorf("unfolding the body of %s %s: %w", req.Method, req.URL.Path, err)
+		}
+		setBody(out, body)
+	}
+	resp, err := u.next.RoundTrip(out)
+	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {
+		resp, err = u.reapplyStatus(out, body, resp)
+	}
+	if err != nil || req.URL.Query().Get("watch") == "true" || !isJSON(resp.Header.Get("Content-Type")) {
+		return resp, err
+	}
+	folded, err := rewrite(resp.Body, func(s string) string {
+		if s == "" || strings.Contains(s, planens.Separator) {
+			return s
+		}
+		return planens.Join(plane, s)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("folding the answer to %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(folded))
+	resp.ContentLength = int64(len(folded))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(folded)))
+	return resp, nil
+}
+
+// splitPath finds the folded segment of path (a namespace or a node name)
+// and returns its plane and the path without it.
+func splitPath(path string) (plane, unfolded string) {
+	segments := strings.Split(path, "/")
+	for i, s := range segments {
+		if p, rest, ok := planens.Split(s); ok {
+			segments[i] = rest
+			return p, strings.Join(segments, "/")
+		}
+	}
+	return "", path
+}
+
+func isJSON(contentType string) bool {
+	media, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (media == "application/json" || strings.HasSuffix(media, "+json"))
+}
+
+func setBody(req *http.Request, body []byte) {
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
+}
+
+// rewrite applies f to every namespace and nodeName field of a JSON body.
+func rewrite(r io.ReadCloser, f func(string) string) ([]byte, error) {
+	defer r.Close()
+	raw, err := io.ReadAll(r)
+	if err != nil || len(bytes.TrimSpace(raw)) == 0 {
+		return raw, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		// Not a JSON document after all: leave it to the server to judge.
+		return raw, nil
+	}
+	walk(doc, f)
+	return json.Marshal(doc)
+}
+
+// opaque maps hold user keys, never object references.
+var opaque = map[string]bool{
+	"labels": true, "annotations": true, "matchLabels": true, "selector": true,
+	"nodeSelector": true, "data": true, "stringData": true, "binaryData": true,
+}
+
+func walk(v any, f func(string) string) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			if opaque[k] {
+				continue
+			}
+			if s, ok := child.(string); ok && (k == "namespace" || k == "nodeName") {
+				v[k] = f(s)
+				continue
+			}
+			walk(child, f)
+		}
+	case []any:
+		for _, child := range v {
+			walk(child, f)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package planeclient
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes/loopback"
+)
+
+// fakePlaneServer answers like the API for one Deployment: GET returns it
+// at resourceVersion 2, a status PUT conflicts unless it carries 2.
+func fakePlaneServer(t *testing.T, puts *atomic.Int32, seenPath *atomic.Value) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seenPath.Store(r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		current := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default","generation":1,"resourceVersion":"2"}}`
+		switch r.Method {
+		case http.MethodGet:
+			_, _ = io.WriteString(w, current)
+		case http.MethodPut:
+			puts.Add(1)
+			var obj map[string]any
+			data, _ := io.ReadAll(r.Body)
+			if err := json.Unmarshal(data, &obj); err != nil {
+				t.Errorf("body: %v", err)
+			}
+			meta := obj["metadata"].(map[string]any)
+			if meta["namespace"] != "default" {
+				t.Errorf("namespace sent: %v", meta["namespace"])
+			}
+			if meta["resourceVersion"] != "2" {
+				w.WriteHeader(http.StatusConflict)
+				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`)
+				return
+			}
+			_, _ = w.Write(data)
+		}
+	}))
+}
+
+func TestStatusConflictReapplied(t *testing.T) {
+	var puts atomic.Int32
+	var seen atomic.Value
+	srv := fakePlaneServer(t, &puts, &seen)
+	defer srv.Close()
+	cfg := Config(loopback.Routed(&rest.Config{Host: srv.URL}))
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"p1|default","generation":1,"resourceVersion":"1"},"status":{"replicas":3}}`
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/apis/apps/v1/namespaces/p1%7Cdefault/deployments/web/status", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || puts.Load() != 2 {
+		t.Fatalf("status %d after %d PUTs: %s", resp.StatusCode, puts.Load(), data)
+	}
+	if !strings.Contains(string(data), `"namespace":"p1|default"`) {
+		t.Errorf("answer not folded: %s", data)
+	}
+	if got := seen.Load().(string); got != "/clusters/p1/control-plane/apis/apps/v1/namespaces/default/deployments/web/status" {
+		t.Errorf("path sent: %s", got)
+	}
+}

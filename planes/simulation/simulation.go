@@ -1,0 +1,158 @@
+package simulation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/kubernetes/pkg/controller/cronjob"
+	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/endpointslice"
+	"k8s.io/kubernetes/pkg/controller/job"
+	"k8s.io/kubernetes/pkg/controller/replicaset"
+	"k8s.io/kubernetes/pkg/controller/ttlafterfinished"
+
+	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/simulation/informers"
+	"kplane.dev/kplane/planes/simulation/kubelet"
+	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/simulation/planeclient"
+	"kplane.dev/kplane/planes/simulation/scheduler"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// Options are the user's settings of the simulation.
+type Options struct {
+	// Nodes is the shape of every plane's simulated nodes.
+	Nodes nodes.Shape
+	// RunDuration is how long a run-to-completion pod runs.
+	RunDuration time.Duration
+	// Workers per upstream controller. kube-controller-manager's
+	// --concurrent-*-syncs default is 5 for one cluster; here one
+	// controller serves every plane and each sync waits on its writes.
+	Workers int
+}
+
+// DefaultOptions are three nodes per plane and one second per
+// run-to-completion pod.
+func DefaultOptions() Options {
+	return Options{Nodes: nodes.DefaultShape(), RunDuration: time.Second, Workers: 16}
+}
+
+// Config is how the simulation runs.
+type Config struct {
+	Options
+	// Loopback reaches the server as itself (system:masters).
+	Loopback *rest.Config
+	Storage  *planestorage.Registry
+	// Off reports the planes the simulation leaves alone (nil: none).
+	Off func(plane string) bool
+}
+
+// PlaneAnnotation on a Plane (root plane) set to "false" leaves that
+// plane's objects to the API alone: no controller, scheduler or kubelet of
+// the simulation acts on them. Nothing in the plane can see or change it.
+const PlaneAnnotation = "kplane.dev/simulation"
+
+// Simulation is the cluster behind every plane.
+type Simulation struct {
+	config Config
+	client kubernetes.Interface
+	// routed addresses the plane in each call's context (nodes).
+	routed    kubernetes.Interface
+	provision *nodes.Provisioner
+}
+
+// New checks the configuration; Run starts the simulation.
+func New(config Config) (*Simulation, error) {
+	if config.Workers <= 0 {
+		config.Workers = DefaultOptions().Workers
+	}
+	// Never bring a plane into being: work left for a deleted plane fails.
+	routedConfig := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig))
+	if err != nil {
+		return nil, fmt.Errorf("simulation client: %w", err)
+	}
+	routed, err := kubernetes.NewForConfig(routedConfig)
+	if err != nil {
+		return nil, fmt.Errorf("simulation client: %w", err)
+	}
+	provision, err := nodes.NewProvisioner(routed, config.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &Simulation{config: config, client: client, routed: routed, provision: provision}, nil
+}
+
+// SetOff sets Config.Off; call it before Run.
+func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
+
+// Run builds the informers and controllers and runs them until ctx is
+// done. The storages must exist (the API is installed).
+func (s *Simulation) Run(ctx context.Context) error {
+	inf, err := informers.New(s.config.Storage, s.config.Off)
+	if err != nil {
+		return err
+	}
+	sched, err := scheduler.New(s.client, inf, s.provision)
+	if err != nil {
+		return err
+	}
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration}, s.client, inf)
+	if err != nil {
+		return err
+	}
+	runs, err := s.upstream(ctx, inf)
+	if err != nil {
+		return err
+	}
+	inf.Start(ctx)
+	if !inf.WaitForSync(ctx) {
+		return ctx.Err()
+	}
+	go sched.Run(ctx)
+	go kube.Run(ctx)
+	for _, run := range runs {
+		go run(ctx, s.config.Workers)
+	}
+	logrus.Info("workload simulation running for every plane")
+	<-ctx.Done()
+	return nil
+}
+
+// upstream builds the upstream workload controllers over the shared
+// informers and returns their Run functions.
+func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]func(context.Context, int), error) {
+	deployments, err := deployment.NewDeploymentController(ctx, inf.Deployments, inf.ReplicaSets, inf.Pods, s.client)
+	if err != nil {
+		return nil, fmt.Errorf("deployment controller: %w", err)
+	}
+	replicaSets := replicaset.NewReplicaSetController(ctx, inf.ReplicaSets, inf.Pods, s.client, replicaset.BurstReplicas)
+	jobs, err := job.NewController(ctx, s.client, inf.Pods, inf.Jobs, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("job controller: %w", err)
+	}
+	cronJobs, err := cronjob.NewControllerV2(ctx, inf.Jobs, inf.CronJobs, s.client)
+	if err != nil {
+		return nil, fmt.Errorf("cronjob controller: %w", err)
+	}
+	finished := ttlafterfinished.New(ctx, inf.Jobs, s.client)
+	slices := endpointslice.NewController(ctx, inf.Pods, inf.Services, inf.Nodes, inf.EndpointSlices,
+		maxEndpointsPerSlice, s.client, 0)
+	return []func(context.Context, int){
+		deployments.Run, replicaSets.Run, jobs.Run, cronJobs.Run, finished.Run, slices.Run,
+	}, nil
+}
+
+// maxEndpointsPerSlice is kube-controller-manager's default.
+const maxEndpointsPerSlice = 100
+
+// ForgetPlane implements lifecycle.Forgetter. The simulation holds a
+// plane's state only in its informers, which drop it with the deletion
+// events of the plane's wipe; nothing else is kept per plane.
+func (s *Simulation) ForgetPlane(string) {}

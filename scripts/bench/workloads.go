@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+)
+
+type workloadsParams struct {
+	Planes     int
+	Workers    int
+	Bootstrap  string
+	ProfileDir string
+}
+
+// idleReading is a server's memory and goroutines after a settle.
+type idleReading struct{ rss, heap, goroutines float64 }
+
+func readIdle(s *server) (idleReading, error) {
+	rss, heap, err := settle(s)
+	if err != nil {
+		return idleReading{}, err
+	}
+	g, err := s.metric("go_goroutines")
+	return idleReading{rss: rss, heap: heap, goroutines: g}, err
+}
+
+// workloadsScenario measures the workload simulation: what it costs an
+// idle plane (Planes idle planes on a server with --simulation=false, then
+// on one with it on), then, on the second server, a 3-replica Deployment
+// in every plane at once: the time until all are Available, each Pod's
+// created -> Running as its plane's watch sees it, and the memory and
+// goroutines the running Pods add.
+func workloadsScenario(binary string, p workloadsParams) (Result, error) {
+	const mib = 1 << 20
+	figures := map[string]float64{}
+	for _, mode := range []string{"off", "on"} {
+		args := []string{"--plane-bootstrap", p.Bootstrap, "--simulation=" + map[string]string{"off": "false", "on": "true"}[mode]}
+		s, err := startServer(binary, args...)
+		if err != nil {
+			return Result{}, err
+		}
+		err = func() error {
+			before, err := readIdle(s)
+			if err != nil {
+				return err
+			}
+			if _, _, err := createPlanes(s, 0, p.Planes, p.Workers, 0); err != nil {
+				return err
+			}
+			idle, err := readIdle(s)
+			if err != nil {
+				return err
+			}
+			figures[mode+"_idle_marginal_heap_kib_per_plane"] = (idle.heap - before.heap) / 1024 / float64(p.Planes)
+			figures[mode+"_idle_marginal_rss_kib_per_plane"] = (idle.rss - before.rss) / 1024 / float64(p.Planes)
+			figures[mode+"_goroutines_empty"] = before.goroutines
+			figures[mode+"_goroutines_idle_planes"] = idle.goroutines
+			figures[mode+"_heap_idle_planes_mib"] = idle.heap / mib
+			if mode == "off" {
+				return nil
+			}
+			if err := deployEverywhere(s, p, figures); err != nil {
+				return err
+			}
+			loaded, err := readIdle(s)
+			if err != nil {
+				return err
+			}
+			pods := float64(3 * p.Planes)
+			figures["running_heap_kib_per_pod"] = (loaded.heap - idle.heap) / 1024 / pods
+			figures["running_rss_kib_per_pod"] = (loaded.rss - idle.rss) / 1024 / pods
+			figures["goroutines_running"] = loaded.goroutines
+			return profile(s, p.ProfileDir, "workloads")
+		}()
+		s.stop()
+		if err != nil {
+			return Result{}, fmt.Errorf("simulation %s: %w", mode, err)
+		}
+	}
+	figures["idle_heap_rise_kib_per_plane"] = figures["on_idle_marginal_heap_kib_per_plane"] - figures["off_idle_marginal_heap_kib_per_plane"]
+	notes := []string{
+		fmt.Sprintf("%d planes x a 3-replica Deployment all Available in %.1f s (the goal is 30 s for 1,000)", p.Planes, figures["all_available_seconds"]),
+		fmt.Sprintf("idle plane: %+.1f KiB of heap with the simulation on against off; goroutines with %d idle planes: %.0f on, %.0f off",
+			figures["idle_heap_rise_kib_per_plane"], p.Planes, figures["on_goroutines_idle_planes"], figures["off_goroutines_idle_planes"]),
+		"running_heap_kib_per_pod is everything the running Deployments add (Deployment, ReplicaSet, Pods, nodes, events, in the watch caches and the controllers' informers) over 3 Pods per plane",
+	}
+	return Result{
+		Scenario: "workloads",
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "bootstrap": p.Bootstrap, "replicas": 3},
+		Figures:  figures,
+		Notes:    notes,
+	}, nil
+}
+
+// deployEverywhere creates Deployment web (3 replicas) in every bench plane
+// and waits for all of them to be Available, timing each Pod from its
+// ADDED to its first Running event on the plane's watch.
+func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) error {
+	names := make([]string, p.Planes)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%05d", i)
+	}
+	var mu sync.Mutex
+	var podLatencies []time.Duration
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sem := make(chan struct{}, p.Workers)
+	for _, plane := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat, err := deployOne(ctx, s, plane, sem)
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", plane, err)
+				return
+			}
+			mu.Lock()
+			podLatencies = append(podLatencies, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	figures["all_available_seconds"] = time.Since(began).Seconds()
+	sort.Slice(podLatencies, func(i, j int) bool { return podLatencies[i] < podLatencies[j] })
+	figures["pod_created_to_running_p50_ms"] = ms(percentile(podLatencies, 0.50))
+	figures["pod_created_to_running_p99_ms"] = ms(percentile(podLatencies, 0.99))
+	figures["pods"] = float64(len(podLatencies))
+	queueFigures(s, figures)
+	return nil
+}
+
+// queueFigures records the mean time an item waited in each simulation
+// queue and the retries: where a slow run spent its time.
+func queueFigures(s *server, figures map[string]float64) {
+	for _, q := range []string{"deployment", "replicaset", "kplane_simulation_scheduler", "kplane_simulation_kubelet", "endpoint_slice"} {
+		sum, err1 := s.metric(`workqueue_queue_duration_seconds_sum{name="` + q + `"}`)
+		count, err2 := s.metric(`workqueue_queue_duration_seconds_count{name="` + q + `"}`)
+		if err1 == nil && err2 == nil && count > 0 {
+			figures["queue_wait_mean_ms_"+q] = sum / count * 1000
+		}
+		if retries, err := s.metric(`workqueue_retries_total{name="` + q + `"}`); err == nil {
+			figures["queue_retries_"+q] = retries
+		}
+	}
+}
+
+func deployOne(ctx context.Context, s *server, plane string, sem chan struct{}) ([]time.Duration, error) {
+	c, err := s.client(plane)
+	if err != nil {
+		return nil, err
+	}
+	// A watch the server ends (a slow consumer under load) is opened again
+	// from the last revision seen, so no event is missed.
+	var podRV, deploymentRV string
+	openPods := func() (watch.Interface, error) {
+		return c.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{ResourceVersion: podRV})
+	}
+	openDeployments := func() (watch.Interface, error) {
+		return c.AppsV1().Deployments("default").Watch(ctx, metav1.ListOptions{ResourceVersion: deploymentRV})
+	}
+	pods, err := openPods()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { pods.Stop() }()
+	deployments, err := openDeployments()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { deployments.Stop() }()
+	sem <- struct{}{}
+	labels := map[string]string{"app": "web"}
+	_, err = c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
+	}, metav1.CreateOptions{})
+	<-sem
+	if err != nil {
+		return nil, err
+	}
+	added := map[string]time.Time{}
+	var latencies []time.Duration
+	available := false
+	for !available || len(latencies) < 3 {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%d pods running, available %v: %w", len(latencies), available, ctx.Err())
+		case ev, ok := <-pods.ResultChan():
+			if !ok {
+				if pods, err = openPods(); err != nil {
+					return nil, fmt.Errorf("pod watch: %w", err)
+				}
+				continue
+			}
+			pod, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			podRV = pod.ResourceVersion
+			if ev.Type == watch.Added {
+				added[pod.Name] = time.Now()
+			}
+			if t, seen := added[pod.Name]; seen && pod.Status.Phase == corev1.PodRunning {
+				latencies = append(latencies, time.Since(t))
+				delete(added, pod.Name)
+			}
+		case ev, ok := <-deployments.ResultChan():
+			if !ok {
+				if deployments, err = openDeployments(); err != nil {
+					return nil, fmt.Errorf("deployment watch: %w", err)
+				}
+				continue
+			}
+			if d, isD := ev.Object.(*appsv1.Deployment); isD {
+				deploymentRV = d.ResourceVersion
+				if d.Status.AvailableReplicas == 3 && d.Status.UpdatedReplicas == 3 {
+					available = true
+				}
+			}
+		}
+	}
+	return latencies, nil
+}

@@ -1,0 +1,64 @@
+package apiserver
+
+import (
+	"context"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/simulation"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// newSimulation builds the workload simulation of every plane, or nil
+// when it is off (planes are an API only).
+func newSimulation(options *simulation.Options, loopbackConfig *rest.Config, storage *planestorage.Registry) (*simulation.Simulation, error) {
+	if options == nil {
+		return nil, nil
+	}
+	return simulation.New(simulation.Config{Options: *options, Loopback: loopbackConfig, Storage: storage})
+}
+
+// withSimulation adds sim to the lifecycle's forgetters when it runs.
+func withSimulation(forget []lifecycle.Forgetter, sim *simulation.Simulation) []lifecycle.Forgetter {
+	if sim == nil {
+		return forget
+	}
+	return append(forget, sim)
+}
+
+// addSimulationHook starts the simulation once every existing plane is
+// known: like the controllers, it addresses planes with requests that
+// never provision one.
+func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulation.Simulation, manager *lifecycle.Manager) {
+	if sim == nil {
+		return
+	}
+	planesByName := manager.Informer().GetIndexer()
+	sim.SetOff(func(plane string) bool {
+		obj, exists, err := planesByName.GetByKey(plane)
+		if err != nil || !exists {
+			return false
+		}
+		accessor, err := meta.Accessor(obj)
+		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
+	})
+	server.AddPostStartHookOrDie("kplane-simulation", func(ctx genericapiserver.PostStartHookContext) error {
+		go func() {
+			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+				return manager.HasSynced(), nil
+			}) != nil {
+				return
+			}
+			if err := sim.Run(ctx); err != nil {
+				logrus.WithError(err).Error("workload simulation stopped")
+			}
+		}()
+		return nil
+	})
+}
