@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
 // start writes pod as running on node.
@@ -45,7 +46,7 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node)
 	}
 	for _, t := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized,
 		corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled} {
-		setCondition(s, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue})
+		podutil.UpdatePodCondition(s, &corev1.PodCondition{Type: t, Status: corev1.ConditionTrue})
 	}
 	if err := k.writeStatus(ctx, updated); err != nil {
 		return err
@@ -75,9 +76,9 @@ func (k *Kubelet) complete(ctx context.Context, pod *corev1.Pod) error {
 		c.Ready, c.Started = false, &notStarted
 	}
 	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
-		setCondition(s, corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: "PodCompleted"})
+		podutil.UpdatePodCondition(s, &corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: "PodCompleted"})
 	}
-	setCondition(s, corev1.PodCondition{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse})
+	podutil.UpdatePodCondition(s, &corev1.PodCondition{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse})
 	return k.writeStatus(ctx, updated)
 }
 
@@ -109,21 +110,4 @@ func hostIP(node *corev1.Node) string {
 		}
 	}
 	return ""
-}
-
-// setCondition replaces or adds c, keeping the transition time when the
-// status does not change.
-func setCondition(status *corev1.PodStatus, c corev1.PodCondition) {
-	now := metav1.Now()
-	c.LastTransitionTime = now
-	for i, old := range status.Conditions {
-		if old.Type == c.Type {
-			if old.Status == c.Status {
-				c.LastTransitionTime = old.LastTransitionTime
-			}
-			status.Conditions[i] = c
-			return
-		}
-	}
-	status.Conditions = append(status.Conditions, c)
 }

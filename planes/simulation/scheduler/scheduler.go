@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
 	"kplane.dev/kplane/planes/simulation/planens"
@@ -251,7 +252,7 @@ func (s *Scheduler) unschedulable(ctx context.Context, pod *corev1.Pod, message 
 	}
 	s.recorder.Event(pod, corev1.EventTypeWarning, "FailedScheduling", message)
 	updated := pod.DeepCopy()
-	setCondition(&updated.Status, corev1.PodCondition{
+	podutil.UpdatePodCondition(&updated.Status, &corev1.PodCondition{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
 	})
 	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
@@ -259,23 +260,6 @@ func (s *Scheduler) unschedulable(ctx context.Context, pod *corev1.Pod, message 
 		return nil
 	}
 	return err
-}
-
-// setCondition replaces or adds c, keeping the transition time when the
-// status does not change.
-func setCondition(status *corev1.PodStatus, c corev1.PodCondition) {
-	now := metav1.Now()
-	c.LastTransitionTime = now
-	for i, old := range status.Conditions {
-		if old.Type == c.Type {
-			if old.Status == c.Status {
-				c.LastTransitionTime = old.LastTransitionTime
-			}
-			status.Conditions[i] = c
-			return
-		}
-	}
-	status.Conditions = append(status.Conditions, c)
 }
 
 func planeHash(plane string) uint32 {
