@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/planes/controllers/clusterroleaggregation"
@@ -39,6 +40,7 @@ type Controllers struct {
 	collector  *gc.Collector
 	roles      *clusterroleaggregation.Controller
 	quotas     *resourcequota.Controller
+	resolver   *resolver
 }
 
 // New builds the controllers; Run starts them.
@@ -79,7 +81,8 @@ func New(config Config) (*Controllers, error) {
 		return nil, err
 	}
 	h.subscribers = []Subscriber{namespaces, accounts, collector, roles, quotas}
-	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles, quotas: quotas}, nil
+	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles, quotas: quotas,
+		resolver: resolver}, nil
 }
 
 // Run starts every controller and returns when ctx is done. phases says
@@ -99,4 +102,10 @@ func (c *Controllers) ForgetPlane(plane string) {
 	c.collector.ForgetPlane(plane)
 	c.namespaces.ForgetPlane(plane)
 	c.quotas.ForgetPlane(plane)
+}
+
+// ForKind maps a kind to the resource serving it in plane: a built-in
+// resource or one of the plane's CRDs.
+func (c *Controllers) ForKind(ctx context.Context, plane string, gk schema.GroupKind) (schema.GroupVersionResource, bool, bool) {
+	return c.resolver.ForKind(ctx, plane, gk)
 }

@@ -39,6 +39,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/policies"
 	"kplane.dev/kplane/planes/quota"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -133,8 +134,11 @@ type completedConfig struct {
 	// planesAdmission guards Plane objects; New binds it to the plane
 	// manager.
 	planesAdmission *admission.Planes
-	crdGetters      crdGetters
-	metrics         *kplanemetrics.Metrics
+	// policies are the admission policy plugins; New binds their kind
+	// resolver and their built-in types.
+	policies   *policies.Plugins
+	crdGetters crdGetters
+	metrics    *kplanemetrics.Metrics
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -145,8 +149,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 	stores := newPlaneStorage()
 	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
+	policyPlugins := policies.NewPlugins(stores)
 	opts := c.upstreamOptions()
-	if err := registerAdmission(opts, stores, planesAdmission); err != nil {
+	if err := registerAdmission(opts, stores, planesAdmission, policyPlugins); err != nil {
 		return CompletedConfig{}, err
 	}
 	completed, err := opts.Complete(ctx, nil, nil)
@@ -196,6 +201,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		options:         completed,
 		storage:         stores,
 		planesAdmission: planesAdmission,
+		policies:        policyPlugins,
 		metrics:         planeMetrics,
 		crdGetters:      getters,
 	}}, nil
@@ -316,7 +322,7 @@ func (c *Config) upstreamOptions() *cpoptions.Options {
 // cluster state through informers would see the root plane only.
 // Admission is configured before the APIs are installed: NamespaceLifecycle
 // reads namespaces through the storage registry, which exists first.
-func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes) error {
+func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, policyPlugins *policies.Plugins) error {
 	nsLifecycle := admission.NewNamespaceLifecycle(namespaceGetter{
 		storageGetter{stores: stores, resource: corev1.Resource("namespaces")}})
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
@@ -330,6 +336,8 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 	quotaObjects := quota.Objects{Registry: stores}
 	o.Admission.GenericAdmission.Plugins.Register(admission.LimitRangerPluginName, admission.NewLimitRanger(quotaObjects).Factory())
 	o.Admission.GenericAdmission.Plugins.Register(admission.ResourceQuotaPluginName, admission.NewResourceQuota(quotaObjects).Factory())
+	o.Admission.GenericAdmission.Plugins.Register(policies.MutatingPluginName, policyPlugins.Mutating.Factory())
+	o.Admission.GenericAdmission.Plugins.Register(policies.ValidatingPluginName, policyPlugins.Validating.Factory())
 	// Upstream's order: LimitRanger defaults early, ResourceQuota is the
 	// last validating plugin.
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
@@ -342,6 +350,8 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 		signing.PluginName,
 		ctbattest.PluginName,
 		subjectrestriction.PluginName,
+		policies.MutatingPluginName,
+		policies.ValidatingPluginName,
 		admission.ResourceQuotaPluginName,
 	}
 	o.Admission.GenericAdmission.DefaultOffPlugins = nil

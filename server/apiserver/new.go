@@ -63,12 +63,15 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
+	if err := c.bindPolicies(genericControllers); err != nil {
+		return nil, err
+	}
 	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
 	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics}, sim))
+		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics, c.policies}, sim))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,151 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/lru"
+
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/loopback"
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// admissionConfigResources are never subject to policies from the API, as
+// upstream: a policy could otherwise lock itself in.
+var admissionConfigResources = sets.New(
+	admissionregistrationv1.Resource("validatingadmissionpolicies"),
+	admissionregistrationv1.Resource("validatingadmissionpolicybindings"),
+	admissionregistrationv1.Resource("mutatingadmissionpolicies"),
+	admissionregistrationv1.Resource("mutatingadmissionpolicybindings"),
+)
+
+// Plugins are the two admission plugins (ValidatingAdmissionPolicy,
+// MutatingAdmissionPolicy) for every plane.
+type Plugins struct {
+	Validating *Validating
+	Mutating   *Mutating
+	resolver   atomic.Pointer[KindResolver]
+}
+
+// NewPlugins returns both plugins reading the planes' objects from
+// registry. The kind resolver (paramKind) is bound with SetResolver once
+// the server's APIs exist.
+func NewPlugins(registry *planestorage.Registry) *Plugins {
+	p := &Plugins{}
+	resolver := func() KindResolver {
+		if r := p.resolver.Load(); r != nil {
+			return *r
+		}
+		return nil
+	}
+	p.Validating = newValidating(registry, resolver)
+	p.Mutating = newMutating(registry, resolver)
+	return p
+}
+
+// SetResolver binds the resolver of paramKinds.
+func (p *Plugins) SetResolver(r KindResolver) { p.resolver.Store(&r) }
+
+// ForgetPlane drops what is held for a deleted plane.
+func (p *Plugins) ForgetPlane(plane string) {
+	p.Validating.source.Forget(plane)
+	p.Validating.tools.Remove(plane)
+	p.Mutating.source.Forget(plane)
+	p.Mutating.tools.Remove(plane)
+}
+
+// common is what both plugins are given by the admission initializers and
+// the per-plane matchers they build of it.
+type common struct {
+	*admission.Handler
+	registry   *planestorage.Registry
+	authorizer authorizer.UnconditionalAuthorizer
+	excluded   sets.Set[schema.GroupResource]
+	loopback   *rest.Config
+	httpClient *http.Client
+	// tools holds a plane's matcher and dispatcher, for planes with policies.
+	tools *lru.Cache
+}
+
+var (
+	_ initializer.WantsUnconditionalAuthorizer    = &common{}
+	_ initializer.WantsExcludedAdmissionResources = &common{}
+)
+
+func newCommon(registry *planestorage.Registry, ops ...admission.Operation) common {
+	return common{Handler: admission.NewHandler(ops...), registry: registry, excluded: sets.New[schema.GroupResource](),
+		tools: lru.New(maxPlanesHeld)}
+}
+
+// SetUnconditionalAuthorizer implements initializer.WantsUnconditionalAuthorizer:
+// CEL's authorizer, which is plane-aware through the request's context.
+func (c *common) SetUnconditionalAuthorizer(a authorizer.UnconditionalAuthorizer) { c.authorizer = a }
+
+// SetExcludedAdmissionResources implements initializer.WantsExcludedAdmissionResources.
+func (c *common) SetExcludedAdmissionResources(resources []schema.GroupResource) {
+	c.excluded.Insert(resources...)
+}
+
+// SetLoopback: the matcher reads a namespace the caches do not hold through
+// a client of the plane that never provisions one.
+func (c *common) SetLoopback(config *rest.Config) {
+	withHeader := rest.CopyConfig(config)
+	withHeader.Wrap(loopback.WithHeader(lifecycle.NoProvisionHeader))
+	withHeader.QPS = -1
+	client, err := rest.HTTPClientFor(withHeader)
+	if err == nil {
+		c.loopback, c.httpClient = withHeader, client
+	}
+}
+
+// ValidateInitialization implements admission.InitializationValidator.
+func (c *common) ValidateInitialization() error {
+	switch {
+	case c.authorizer == nil:
+		return fmt.Errorf("admission policies: missing authorizer")
+	case c.httpClient == nil:
+		return fmt.Errorf("admission policies: missing loopback client")
+	}
+	return nil
+}
+
+// skip says whether a request is outside every policy, as upstream.
+func (c *common) skip(a admission.Attributes) bool {
+	gr := a.GetResource().GroupResource()
+	return c.excluded.Has(gr) || admissionConfigResources.Has(gr)
+}
+
+// matcher returns upstream's matcher over plane's namespaces.
+func (c *common) matcher(plane string) (*matching.Matcher, error) {
+	client, err := kubernetes.NewForConfigAndClient(loopback.ForPlane(c.loopback, plane), c.httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("admission policies: client of plane %s: %w", plane, err)
+	}
+	return matching.NewMatcher(newNamespaceLister(c.registry, plane), client), nil
+}
+
+func planeOf(ctx context.Context) (string, error) {
+	plane, ok := planes.FromContext(ctx)
+	if !ok {
+		return "", fmt.Errorf("admission policies: request without a plane")
+	}
+	return plane, nil
+}
+
+func factory(p admission.Interface) admission.Factory {
+	return func(io.Reader) (admission.Interface, error) { return p, nil }
+}
