@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	apiextensionsscheme "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/scheme"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	schemaresolver "k8s.io/apiserver/pkg/cel/openapi/resolver"
+	k8sscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	"kplane.dev/kplane/planes/controllers/clusterroleaggregation"
 	"kplane.dev/kplane/planes/controllers/gc"
 	"kplane.dev/kplane/planes/controllers/namespace"
+	"kplane.dev/kplane/planes/controllers/policystatus"
 	"kplane.dev/kplane/planes/controllers/resourcequota"
 	"kplane.dev/kplane/planes/controllers/serviceaccounts"
 	"kplane.dev/kplane/planes/crds"
@@ -40,6 +45,7 @@ type Controllers struct {
 	collector  *gc.Collector
 	roles      *clusterroleaggregation.Controller
 	quotas     *resourcequota.Controller
+	policies   *policystatus.Controller
 	resolver   *resolver
 }
 
@@ -80,9 +86,14 @@ func New(config Config) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.subscribers = []Subscriber{namespaces, accounts, collector, roles, quotas}
+	policies, err := policystatus.New(policystatus.Config{Client: client, Loopback: root, Storage: config.Storage, Kinds: resolver,
+		Builtin: schemaresolver.NewDefinitionsSchemaResolver(generatedopenapi.GetOpenAPIDefinitions, k8sscheme.Scheme, apiextensionsscheme.Scheme)})
+	if err != nil {
+		return nil, err
+	}
+	h.subscribers = []Subscriber{namespaces, accounts, collector, roles, quotas, policies}
 	return &Controllers{hub: h, namespaces: namespaces, accounts: accounts, collector: collector, roles: roles, quotas: quotas,
-		resolver: resolver}, nil
+		policies: policies, resolver: resolver}, nil
 }
 
 // Run starts every controller and returns when ctx is done. phases says
@@ -93,6 +104,7 @@ func (c *Controllers) Run(ctx context.Context, phases clusterroleaggregation.Pha
 	go c.collector.Run(ctx)
 	go c.roles.Run(ctx, phases)
 	go c.quotas.Run(ctx)
+	go c.policies.Run(ctx)
 	c.hub.run(ctx)
 	<-ctx.Done()
 }

@@ -19,6 +19,7 @@ import (
 type builtin struct {
 	resource   schema.GroupVersionResource
 	namespaced bool
+	kind       string
 }
 
 // resolver maps kinds to resources: built-ins from the server's discovery
@@ -73,6 +74,22 @@ func (r *resolver) Version(ctx context.Context, plane string, gr schema.GroupRes
 	return b.resource.Version, ok
 }
 
+// KindFor returns the kind of resource gr in plane.
+func (r *resolver) KindFor(ctx context.Context, plane string, gr schema.GroupResource) (string, bool) {
+	if r.crds != nil {
+		if cr, ok := r.crds.ForResource(plane, gr); ok {
+			return cr.Kind, true
+		}
+	}
+	if !r.populate(ctx) {
+		return "", false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.byGR[gr]
+	return b.kind, ok
+}
+
 // populate learns the built-in resources once; a failed attempt is retried
 // on the next call.
 func (r *resolver) populate(context.Context) bool {
@@ -109,7 +126,7 @@ func (r *resolver) populate(context.Context) bool {
 			if _, custom := s.New().(*unstructured.Unstructured); custom {
 				continue
 			}
-			b := builtin{resource: gv.WithResource(res.Name), namespaced: res.Namespaced}
+			b := builtin{resource: gv.WithResource(res.Name), namespaced: res.Namespaced, kind: res.Kind}
 			byKind[gv.WithKind(res.Kind).GroupKind()] = b
 			byGR[gr] = b
 			if res.Namespaced {
