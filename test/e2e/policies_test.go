@@ -21,7 +21,7 @@ import (
 var configMapRules = &admissionregistrationv1.MatchResources{
 	ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 	}}},
 }
 
@@ -228,6 +228,25 @@ func TestValidatingAdmissionPolicyActionsAndFailures(t *testing.T) {
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.validations[0].expression") || !asStatus(err, &status) ||
 		len(status.Status().Details.Causes) == 0 || status.Status().Details.Causes[0].Field != "spec.validations[0].expression" {
 		t.Fatalf("policy with a CEL syntax error: got %v, want 422 on spec.validations[0].expression", err)
+	}
+
+	// An expression over CEL's runtime cost limit fails, and its failure
+	// policy (Fail) refuses.
+	costly := denyLabelPolicy("costly", "x", admissionregistrationv1.Fail)
+	costly.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "only-costly",
+		Expression: `has(object.metadata.labels) && "costly" in object.metadata.labels`}}
+	costly.Spec.Validations[0].Expression = "object.data.all(a, object.data.all(b, object.data.all(c, object.data.all(d, a+b+c+d != ''))))"
+	createValidatingPolicy(t, c, costly, policyBinding("costly", "costly", admissionregistrationv1.Deny))
+	err = waitRefused(t, c, "default", func(i int) *corev1.ConfigMap {
+		cm := labelledConfigMap(fmt.Sprintf("costly-%d", i), map[string]string{"costly": "1"})
+		cm.Data = map[string]string{}
+		for k := 0; k < 40; k++ {
+			cm.Data[fmt.Sprintf("key-%d", k)] = "v"
+		}
+		return cm
+	})
+	if want := "cost limit exceeded"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("expression over the cost limit: got %v, want %q", err, want)
 	}
 
 	// An expression that fails at runtime (a missing key) refuses with
