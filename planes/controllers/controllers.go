@@ -87,7 +87,9 @@ func New(config Config) (*Controllers, error) {
 		return nil, err
 	}
 	policies, err := policystatus.New(policystatus.Config{Client: client, Loopback: root, Storage: config.Storage, Kinds: resolver,
-		Builtin: schemaresolver.NewDefinitionsSchemaResolver(generatedopenapi.GetOpenAPIDefinitions, k8sscheme.Scheme, apiextensionsscheme.Scheme)})
+		Builtin: func() *schemaresolver.DefinitionsSchemaResolver {
+			return schemaresolver.NewDefinitionsSchemaResolver(generatedopenapi.GetOpenAPIDefinitions, k8sscheme.Scheme, apiextensionsscheme.Scheme)
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package policies
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"github.com/sirupsen/logrus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,8 +55,12 @@ func newMutating(registry *planestorage.Registry, resolver func() KindResolver) 
 func (p *Mutating) Factory() admission.Factory { return factory(p) }
 
 // SetStaticTypeConverter gives the built-in types' structure to
-// ApplyConfiguration mutations (lists merged by key, as upstream).
-func (p *Mutating) SetStaticTypeConverter(c managedfields.TypeConverter) { p.types.static = c }
+// ApplyConfiguration mutations (lists merged by key, as upstream). It is
+// built on first use: tens of MiB a server without mutating policies
+// does not need.
+func (p *Mutating) SetStaticTypeConverter(build func() (managedfields.TypeConverter, error)) {
+	p.types.build = build
+}
 
 // Admit dispatches the request to the mutating policies of its plane.
 func (p *Mutating) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
@@ -100,15 +106,32 @@ func (p *Mutating) dispatcher(plane string) (generic.Dispatcher[mutating.PolicyH
 // plane's OpenAPI for a CRD's schema; here lists of custom resources are
 // replaced, not merged by key).
 type typeConverters struct {
+	build  func() (managedfields.TypeConverter, error)
+	once   sync.Once
 	static managedfields.TypeConverter
 }
 
+func (t *typeConverters) builtin() managedfields.TypeConverter {
+	t.once.Do(func() {
+		if t.build == nil {
+			return
+		}
+		static, err := t.build()
+		if err != nil {
+			logrus.WithError(err).Warn("admission policies: no type converter for built-in kinds; ApplyConfiguration deduces their structure")
+			return
+		}
+		t.static = static
+	})
+	return t.static
+}
+
 func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
-	if t.static != nil {
+	if static := t.builtin(); static != nil {
 		stub := &unstructured.Unstructured{}
 		stub.SetGroupVersionKind(gvk)
-		if _, err := t.static.ObjectToTyped(stub); err == nil {
-			return t.static
+		if _, err := static.ObjectToTyped(stub); err == nil {
+			return static
 		}
 	}
 	return managedfields.NewDeducedTypeConverter()

@@ -63,9 +63,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
-	if err := c.bindPolicies(genericControllers); err != nil {
-		return nil, err
-	}
+	c.bindPolicies(genericControllers)
 	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)

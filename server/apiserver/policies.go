@@ -18,14 +18,12 @@ import (
 // bindPolicies gives the admission policy plugins what exists only once
 // the APIs do: the kinds a plane serves (paramKind) and the structure of
 // the built-in types (ApplyConfiguration mutations).
-func (c CompletedConfig) bindPolicies(kinds policies.KindResolver) error {
+func (c CompletedConfig) bindPolicies(kinds policies.KindResolver) {
 	c.policies.SetResolver(kinds)
-	types, err := builtinTypeConverter(c.controlPlane.Generic.OpenAPIV3Config)
-	if err != nil {
-		return fmt.Errorf("admission policies: %w", err)
-	}
-	c.policies.Mutating.SetStaticTypeConverter(types)
-	return nil
+	config := c.controlPlane.Generic.OpenAPIV3Config
+	c.policies.Mutating.SetStaticTypeConverter(func() (managedfields.TypeConverter, error) {
+		return builtinTypeConverter(config)
+	})
 }
 
 // builtinTypeConverter is the type converter of every built-in kind, built

@@ -3,6 +3,7 @@ package policystatus
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -49,8 +50,9 @@ type Config struct {
 	Loopback *rest.Config
 	Storage  *planestorage.Registry
 	Kinds    Kinds
-	// Builtin resolves the schemas of the built-in kinds.
-	Builtin *resolver.DefinitionsSchemaResolver
+	// Builtin builds the resolver of the built-in kinds' schemas; it is
+	// built on the first policy to check.
+	Builtin func() *resolver.DefinitionsSchemaResolver
 	Workers int
 }
 
@@ -60,9 +62,11 @@ type Key struct{ Plane, Name string }
 // Controller type-checks policies whose generation is newer than their
 // status says.
 type Controller struct {
-	config Config
-	client kubernetes.Interface
-	queue  workqueue.TypedRateLimitingInterface[Key]
+	config  Config
+	once    sync.Once
+	builtin *resolver.DefinitionsSchemaResolver
+	client  kubernetes.Interface
+	queue   workqueue.TypedRateLimitingInterface[Key]
 }
 
 // New returns the controller.
@@ -166,14 +170,15 @@ func (c *Controller) read(ctx context.Context, key Key) (*admissionregistrationv
 // schemas resolves the built-in kinds' schemas, and the plane's custom
 // resources' from its OpenAPI, as upstream combines them.
 func (c *Controller) schemas(plane string) resolver.SchemaResolver {
+	c.once.Do(func() { c.builtin = c.config.Builtin() })
 	if c.config.Loopback == nil {
-		return c.config.Builtin
+		return c.builtin
 	}
 	client, err := discovery.NewDiscoveryClientForConfig(loopback.ForPlane(c.config.Loopback, plane))
 	if err != nil {
-		return c.config.Builtin
+		return c.builtin
 	}
-	return c.config.Builtin.Combine(&resolver.ClientDiscoveryResolver{Discovery: client})
+	return c.builtin.Combine(&resolver.ClientDiscoveryResolver{Discovery: client})
 }
 
 // planeKinds is the one question upstream's type checker asks a
