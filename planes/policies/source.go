@@ -2,6 +2,9 @@ package policies
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -27,11 +30,15 @@ type KindResolver interface {
 // plane evicted compiles again on its next request.
 const maxPlanesHeld = 4096
 
+// maxContents bounds the compiled policies shared by content.
+const maxContents = 4096
+
 // hookSource builds upstream's policy hooks (policy, its bindings, its
 // param informer, its compiled evaluator) of one plane from what the shared
 // caches hold for it. The result is kept per plane with the
 // resourceVersions it was built from, and compiled evaluators per policy
-// name and resourceVersion, so CEL is compiled once per change of a policy.
+// name and resourceVersion, so CEL is compiled once per change of a policy,
+// and once for all planes holding the same policy.
 type hookSource[P, B runtime.Object, E any] struct {
 	registry   *planestorage.Registry
 	policies   schema.GroupVersionResource
@@ -41,6 +48,9 @@ type hookSource[P, B runtime.Object, E any] struct {
 	compile    func(P) E
 	resolver   func() KindResolver
 	held       *lru.Cache
+	// byContent shares a compiled policy between every plane holding the
+	// same policy (name and spec): an evaluator holds no state of a plane.
+	byContent *lru.Cache
 }
 
 type paramKindRef struct {
@@ -63,7 +73,7 @@ type compiledPolicy[E any] struct {
 func newHookSource[P, B runtime.Object, E any](registry *planestorage.Registry, policies, bindings schema.GroupVersionResource,
 	policyName func(B) string, paramKind func(P) *paramKindRef, compile func(P) E, resolver func() KindResolver) *hookSource[P, B, E] {
 	return &hookSource[P, B, E]{registry: registry, policies: policies, bindings: bindings, policyName: policyName,
-		paramKind: paramKind, compile: compile, resolver: resolver, held: lru.New(maxPlanesHeld)}
+		paramKind: paramKind, compile: compile, resolver: resolver, held: lru.New(maxPlanesHeld), byContent: lru.New(maxContents)}
 }
 
 // Hooks returns the hooks of plane: none, after one read of the cache, for
@@ -168,7 +178,7 @@ func (s *hookSource[P, B, E]) build(ctx context.Context, plane string, held *pla
 		}
 		seen[name] = true
 		policy := byName[name]
-		hook := generic.PolicyHook[P, B, E]{Policy: policy, Bindings: bound[name], Evaluator: held.evaluator(policy, s.compile)}
+		hook := generic.PolicyHook[P, B, E]{Policy: policy, Bindings: bound[name], Evaluator: held.evaluator(policy, s.compileShared)}
 		if ref := s.paramKind(policy); ref != nil {
 			hook.ParamInformer, hook.ParamScope, hook.ConfigurationError = s.params(ctx, plane, ref)
 			if hook.ConfigurationError != nil {
@@ -183,6 +193,40 @@ func (s *hookSource[P, B, E]) build(ctx context.Context, plane string, held *pla
 		}
 	}
 	return hooks, complete, nil
+}
+
+// compileShared compiles policy, or returns the evaluator of an identical
+// policy compiled for any plane.
+func (s *hookSource[P, B, E]) compileShared(policy P) E {
+	key, err := contentKey(policy)
+	if err != nil {
+		return s.compile(policy)
+	}
+	if e, ok := s.byContent.Get(key); ok {
+		return e.(E)
+	}
+	e := s.compile(policy)
+	s.byContent.Add(key, e)
+	return e
+}
+
+// contentKey is a digest of what compilation reads: the policy's name
+// (in its messages) and spec.
+func contentKey(policy runtime.Object) (string, error) {
+	accessor, err := meta.Accessor(policy)
+	if err != nil {
+		return "", err
+	}
+	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(policy)
+	if err != nil {
+		return "", err
+	}
+	content, err := json.Marshal([]any{accessor.GetName(), fields["spec"]})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(content)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // evaluator returns policy compiled, again only if it changed.
