@@ -89,10 +89,7 @@ func (p *Mutating) dispatcher(plane string) (generic.Dispatcher[mutating.PolicyH
 	if d, ok := p.tools.Get(plane); ok {
 		return d.(generic.Dispatcher[mutating.PolicyHook]), nil
 	}
-	m, err := p.matcher(plane)
-	if err != nil {
-		return nil, err
-	}
+	m := p.matcher(plane)
 	// The dispatcher is never started: its only background work is
 	// upstream's polling of OpenAPI, which typeConverters does not need.
 	d := mutating.NewDispatcher(p.authorizer, m, p.types)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -14,13 +13,9 @@ import (
 	"k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/lru"
 
 	"kplane.dev/kplane/planes"
-	"kplane.dev/kplane/planes/lifecycle"
-	"kplane.dev/kplane/planes/loopback"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -75,8 +70,6 @@ type common struct {
 	registry   *planestorage.Registry
 	authorizer authorizer.UnconditionalAuthorizer
 	excluded   sets.Set[schema.GroupResource]
-	loopback   *rest.Config
-	httpClient *http.Client
 	// tools holds a plane's matcher and dispatcher, for planes with policies.
 	tools *lru.Cache
 }
@@ -100,25 +93,10 @@ func (c *common) SetExcludedAdmissionResources(resources []schema.GroupResource)
 	c.excluded.Insert(resources...)
 }
 
-// SetLoopback: the matcher reads a namespace the caches do not hold through
-// a client of the plane that never provisions one.
-func (c *common) SetLoopback(config *rest.Config) {
-	withHeader := rest.CopyConfig(config)
-	withHeader.Wrap(loopback.WithHeader(lifecycle.NoProvisionHeader))
-	withHeader.QPS = -1
-	client, err := rest.HTTPClientFor(withHeader)
-	if err == nil {
-		c.loopback, c.httpClient = withHeader, client
-	}
-}
-
 // ValidateInitialization implements admission.InitializationValidator.
 func (c *common) ValidateInitialization() error {
-	switch {
-	case c.authorizer == nil:
+	if c.authorizer == nil {
 		return fmt.Errorf("admission policies: missing authorizer")
-	case c.httpClient == nil:
-		return fmt.Errorf("admission policies: missing loopback client")
 	}
 	return nil
 }
@@ -129,13 +107,12 @@ func (c *common) skip(a admission.Attributes) bool {
 	return c.excluded.Has(gr) || admissionConfigResources.Has(gr)
 }
 
-// matcher returns upstream's matcher over plane's namespaces.
-func (c *common) matcher(plane string) (*matching.Matcher, error) {
-	client, err := kubernetes.NewForConfigAndClient(loopback.ForPlane(c.loopback, plane), c.httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("admission policies: client of plane %s: %w", plane, err)
-	}
-	return matching.NewMatcher(newNamespaceLister(c.registry, plane), client), nil
+// matcher returns upstream's matcher over plane's namespaces. Its lister
+// already reads the datastore for a namespace the cache lacks, which is
+// what upstream's client is for: the client reads the same way.
+func (c *common) matcher(plane string) *matching.Matcher {
+	namespaces := newNamespaceLister(c.registry, plane)
+	return matching.NewMatcher(namespaces, namespaceClient{namespaces: namespaces})
 }
 
 func planeOf(ctx context.Context) (string, error) {

@@ -7,12 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -182,4 +185,35 @@ func scopeOf(namespaced bool) meta.RESTScope {
 		return meta.RESTScopeNamespace
 	}
 	return meta.RESTScopeRoot
+}
+
+// namespaceClient answers the one call upstream's matcher makes to its
+// client (a namespace its lister did not find) from the plane's lister,
+// which has read the datastore already. A clientset per plane would cost
+// hundreds of KiB for nothing more. Nothing else of it is ever called.
+type namespaceClient struct {
+	kubernetes.Interface
+	namespaces namespaceLister
+}
+
+func (c namespaceClient) CoreV1() corev1client.CoreV1Interface {
+	return namespaceCore{namespaces: c.namespaces}
+}
+
+type namespaceCore struct {
+	corev1client.CoreV1Interface
+	namespaces namespaceLister
+}
+
+func (c namespaceCore) Namespaces() corev1client.NamespaceInterface {
+	return namespaceGetter{namespaces: c.namespaces}
+}
+
+type namespaceGetter struct {
+	corev1client.NamespaceInterface
+	namespaces namespaceLister
+}
+
+func (g namespaceGetter) Get(_ context.Context, name string, _ metav1.GetOptions) (*corev1.Namespace, error) {
+	return g.namespaces.Get(name)
 }

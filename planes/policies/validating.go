@@ -74,10 +74,7 @@ func (p *Validating) dispatcher(plane string) (generic.Dispatcher[validating.Pol
 	if d, ok := p.tools.Get(plane); ok {
 		return d.(generic.Dispatcher[validating.PolicyHook]), nil
 	}
-	m, err := p.matcher(plane)
-	if err != nil {
-		return nil, err
-	}
+	m := p.matcher(plane)
 	d := validating.NewDispatcher(p.authorizer, generic.NewPolicyMatcher(m))
 	p.tools.Add(plane, d)
 	return d, nil
