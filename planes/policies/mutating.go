@@ -78,23 +78,14 @@ func (p *Mutating) Admit(ctx context.Context, a admission.Attributes, o admissio
 	if len(hooks) == 0 {
 		return nil
 	}
-	dispatcher, err := p.dispatcher(plane)
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
-	return dispatcher.Dispatch(ctx, a, o, hooks)
+	return p.dispatcher(plane).Dispatch(ctx, a, o, hooks)
 }
 
-func (p *Mutating) dispatcher(plane string) (generic.Dispatcher[mutating.PolicyHook], error) {
-	if d, ok := p.tools.Get(plane); ok {
-		return d.(generic.Dispatcher[mutating.PolicyHook]), nil
-	}
-	m := p.matcher(plane)
-	// The dispatcher is never started: its only background work is
-	// upstream's polling of OpenAPI, which typeConverters does not need.
-	d := mutating.NewDispatcher(p.authorizer, m, p.types)
-	p.tools.Add(plane, d)
-	return d, nil
+// dispatcher is upstream's dispatcher over plane's namespaces, made per
+// request. It is never started: its only background work is upstream's
+// polling of OpenAPI, which typeConverters does not need.
+func (p *Mutating) dispatcher(plane string) generic.Dispatcher[mutating.PolicyHook] {
+	return mutating.NewDispatcher(p.authorizer, p.matcher(plane), p.types)
 }
 
 // typeConverters give ApplyConfiguration the structure of the object it

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/utils/lru"
 
 	"kplane.dev/kplane/planes"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -58,20 +57,15 @@ func (p *Plugins) SetResolver(r KindResolver) { p.resolver.Store(&r) }
 // ForgetPlane drops what is held for a deleted plane.
 func (p *Plugins) ForgetPlane(plane string) {
 	p.Validating.source.Forget(plane)
-	p.Validating.tools.Remove(plane)
 	p.Mutating.source.Forget(plane)
-	p.Mutating.tools.Remove(plane)
 }
 
-// common is what both plugins are given by the admission initializers and
-// the per-plane matchers they build of it.
+// common is what both plugins are given by the admission initializers.
 type common struct {
 	*admission.Handler
 	registry   *planestorage.Registry
 	authorizer authorizer.UnconditionalAuthorizer
 	excluded   sets.Set[schema.GroupResource]
-	// tools holds a plane's matcher and dispatcher, for planes with policies.
-	tools *lru.Cache
 }
 
 var (
@@ -80,8 +74,7 @@ var (
 )
 
 func newCommon(registry *planestorage.Registry, ops ...admission.Operation) common {
-	return common{Handler: admission.NewHandler(ops...), registry: registry, excluded: sets.New[schema.GroupResource](),
-		tools: lru.New(maxPlanesHeld)}
+	return common{Handler: admission.NewHandler(ops...), registry: registry, excluded: sets.New[schema.GroupResource]()}
 }
 
 // SetUnconditionalAuthorizer implements initializer.WantsUnconditionalAuthorizer:

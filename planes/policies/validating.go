@@ -63,19 +63,11 @@ func (p *Validating) Validate(ctx context.Context, a admission.Attributes, o adm
 	if len(hooks) == 0 {
 		return nil
 	}
-	dispatcher, err := p.dispatcher(plane)
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
-	return dispatcher.Dispatch(ctx, a, o, hooks)
+	return p.dispatcher(plane).Dispatch(ctx, a, o, hooks)
 }
 
-func (p *Validating) dispatcher(plane string) (generic.Dispatcher[validating.PolicyHook], error) {
-	if d, ok := p.tools.Get(plane); ok {
-		return d.(generic.Dispatcher[validating.PolicyHook]), nil
-	}
-	m := p.matcher(plane)
-	d := validating.NewDispatcher(p.authorizer, generic.NewPolicyMatcher(m))
-	p.tools.Add(plane, d)
-	return d, nil
+// dispatcher is upstream's dispatcher over plane's namespaces: a few
+// small structs, made per request rather than kept per plane.
+func (p *Validating) dispatcher(plane string) generic.Dispatcher[validating.PolicyHook] {
+	return validating.NewDispatcher(p.authorizer, generic.NewPolicyMatcher(p.matcher(plane)))
 }
