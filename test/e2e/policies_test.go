@@ -9,8 +9,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -420,5 +422,52 @@ func TestMutatingAdmissionPolicyPerPlane(t *testing.T) {
 	cm, err := cfree.CoreV1().ConfigMaps("default").Create(ctx, labelledConfigMap("cm", nil), metav1.CreateOptions{})
 	if err != nil || len(cm.Labels) != 0 || len(cm.Data) != 0 {
 		t.Fatalf("plane %s without policies: %v, labels %v data %v", free, err, cm.Labels, cm.Data)
+	}
+}
+
+// TestValidatingAdmissionPolicyCustomResourceParams: a paramKind that is a
+// custom resource resolves through the plane's own CRDs. In a plane
+// without the CRD the binding fails to configure and its failure policy
+// refuses, until the plane gets the CRD.
+func TestValidatingAdmissionPolicyCustomResourceParams(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	a, b := uniquePlane(t, "vap-crparams-a"), uniquePlane(t, "vap-crparams-b")
+	ca, cb := s.Client(t, a), s.Client(t, b)
+	gizmos := schema.GroupVersionResource{Group: "example.org", Version: "v1", Resource: "gizmos"}
+	createEstablished(ctx, t, s, a, crdSpec("gizmos", "Gizmo", apiextensionsv1.ClusterScoped, nil, "v1"))
+	if _, err := s.Dynamic(t, a).Resource(gizmos).Create(ctx, gizmo("limits", "", map[string]any{"deny": "deny-a"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []kubernetes.Interface{ca, cb} {
+		policy := denyLabelPolicy("by-gizmo", "x", admissionregistrationv1.Fail)
+		policy.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "example.org/v1", Kind: "Gizmo"}
+		policy.Spec.Validations = []admissionregistrationv1.Validation{{
+			Expression: "object.metadata.name != params.spec.deny", Message: "denied by the gizmo"}}
+		binding := policyBinding("by-gizmo", "by-gizmo", admissionregistrationv1.Deny)
+		deny := admissionregistrationv1.DenyAction
+		binding.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: "limits", ParameterNotFoundAction: &deny}
+		createValidatingPolicy(t, c, policy, binding)
+	}
+	err := waitRefused(t, ca, "default", func(int) *corev1.ConfigMap { return labelledConfigMap("deny-a", nil) })
+	if !strings.Contains(err.Error(), "denied by the gizmo") {
+		t.Fatalf("plane %s: got %v, want the gizmo's denial", a, err)
+	}
+	err = waitRefused(t, cb, "default", func(i int) *corev1.ConfigMap { return labelledConfigMap(fmt.Sprintf("any-%d", i), nil) })
+	if want := "failed to find resource referenced by paramKind: 'example.org/v1, Kind=Gizmo'"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("plane %s without the CRD: got %v, want %q", b, err, want)
+	}
+	createEstablished(ctx, t, s, b, crdSpec("gizmos", "Gizmo", apiextensionsv1.ClusterScoped, nil, "v1"))
+	if _, err := s.Dynamic(t, b).Resource(gizmos).Create(ctx, gizmo("limits", "", map[string]any{"deny": "deny-b"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "plane "+b+" admits once its CRD and param exist", func(ctx context.Context) error {
+		_, err := cb.CoreV1().ConfigMaps("default").Create(ctx, labelledConfigMap("deny-a", nil), metav1.CreateOptions{})
+		return err
+	})
+	err = waitRefused(t, cb, "default", func(int) *corev1.ConfigMap { return labelledConfigMap("deny-b", nil) })
+	if !strings.Contains(err.Error(), "denied by the gizmo") {
+		t.Fatalf("plane %s: got %v, want the gizmo's denial", b, err)
 	}
 }
