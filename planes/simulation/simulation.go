@@ -10,9 +10,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/pkg/controller/cronjob"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/endpoint"
 	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/job"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
+	"k8s.io/kubernetes/pkg/controller/replication"
+	"k8s.io/kubernetes/pkg/controller/statefulset"
 	"k8s.io/kubernetes/pkg/controller/ttlafterfinished"
 
 	"kplane.dev/kplane/planes/lifecycle"
@@ -22,6 +25,7 @@ import (
 	"kplane.dev/kplane/planes/simulation/nodes"
 	"kplane.dev/kplane/planes/simulation/planeclient"
 	"kplane.dev/kplane/planes/simulation/scheduler"
+	"kplane.dev/kplane/planes/simulation/volumes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -107,6 +111,10 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	binder, err := volumes.New(s.client, s.routed, inf)
+	if err != nil {
+		return err
+	}
 	runs, err := s.upstream(ctx, inf)
 	if err != nil {
 		return err
@@ -117,6 +125,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 	}
 	go sched.Run(ctx)
 	go kube.Run(ctx)
+	go binder.Run(ctx)
 	for _, run := range runs {
 		go run(ctx, s.config.Workers)
 	}
@@ -133,6 +142,10 @@ func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]
 		return nil, fmt.Errorf("deployment controller: %w", err)
 	}
 	replicaSets := replicaset.NewReplicaSetController(ctx, inf.ReplicaSets, inf.Pods, s.client, replicaset.BurstReplicas)
+	replicationControllers := replication.NewReplicationManager(ctx, inf.Pods, inf.ReplicationControllers, s.client,
+		replication.BurstReplicas)
+	statefulSets := statefulset.NewStatefulSetController(ctx, inf.Pods, inf.StatefulSets, inf.PersistentVolumeClaims,
+		inf.ControllerRevisions, s.client)
 	jobs, err := job.NewController(ctx, s.client, inf.Pods, inf.Jobs, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("job controller: %w", err)
@@ -144,8 +157,10 @@ func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]
 	finished := ttlafterfinished.New(ctx, inf.Jobs, s.client)
 	slices := endpointslice.NewController(ctx, inf.Pods, inf.Services, inf.Nodes, inf.EndpointSlices,
 		maxEndpointsPerSlice, s.client, 0)
+	endpoints := endpoint.NewEndpointController(ctx, inf.Pods, inf.Services, inf.Endpoints, s.client, 0)
 	return []func(context.Context, int){
-		deployments.Run, replicaSets.Run, jobs.Run, cronJobs.Run, finished.Run, slices.Run,
+		deployments.Run, replicaSets.Run, replicationControllers.Run, statefulSets.Run, jobs.Run, cronJobs.Run,
+		finished.Run, slices.Run, endpoints.Run,
 	}, nil
 }
 

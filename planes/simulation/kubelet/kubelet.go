@@ -5,17 +5,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"kplane.dev/kplane/planes/simulation/informers"
+	"kplane.dev/kplane/planes/workers"
 	"kplane.dev/kplane/planes/simulation/nodes"
 )
 
@@ -67,29 +65,7 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 
 // Run works until ctx is done.
 func (k *Kubelet) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer k.queue.ShutDown()
-	for i := 0; i < k.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, k.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (k *Kubelet) worker(ctx context.Context) {
-	for {
-		key, quit := k.queue.Get()
-		if quit {
-			return
-		}
-		err := k.sync(ctx, key)
-		k.queue.Done(key)
-		if err == nil {
-			k.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithField("pod", key).Debug("simulated kubelet retries")
-		k.queue.AddRateLimited(key)
-	}
+	workers.Run(ctx, k.queue, k.config.Workers, "pod", k.sync)
 }
 
 func (k *Kubelet) podChanged(obj any) {
