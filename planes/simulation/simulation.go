@@ -78,6 +78,9 @@ func New(config Config) (*Simulation, error) {
 	}
 	// Never bring a plane into being: work left for a deleted plane fails.
 	routedConfig := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	// The endpoints controller writes v1 Endpoints on purpose, as
+	// kube-controller-manager does: their deprecation warning is for users.
+	routedConfig.WarningHandlerWithContext = rest.NoWarnings{}
 	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig))
 	if err != nil {
 		return nil, fmt.Errorf("simulation client: %w", err)
