@@ -146,8 +146,10 @@ func (p *coreProvider) nodesAndPods(optsGetter generic.RESTOptionsGetter) (*node
 	return nodes, &pods, nil
 }
 
-// addPods serves pods and their subresources; those a kubelet would
-// answer give a clear error.
+// addPods serves pods and their subresources: logs and exec of simulated
+// containers are answered from memory, the rest a kubelet would answer
+// give a clear error. ConfigMaps and Secrets are served already (the
+// generic core registries), for the simulated shell.
 func addPods(storage map[string]rest.Storage, pods *podstore.PodStorage) {
 	storage["pods"] = pods.Pod
 	storage["pods/status"] = pods.Status
@@ -158,7 +160,9 @@ func addPods(storage map[string]rest.Storage, pods *podstore.PodStorage) {
 		storage["pods/resize"] = pods.Resize
 	}
 	storage["pods/log"] = noKubeletLog{pods.Log}
-	storage["pods/exec"] = noKubeletConnect{pods.Exec, "pods/exec"}
+	configMaps, _ := storage["configmaps"].(rest.Getter)
+	secrets, _ := storage["secrets"].(rest.Getter)
+	storage["pods/exec"] = simulatedExec{ExecREST: pods.Exec, objects: podObjects{configMaps: configMaps, secrets: secrets}}
 	storage["pods/attach"] = noKubeletConnect{pods.Attach, "pods/attach"}
 	storage["pods/portforward"] = noKubeletConnect{pods.PortForward, "pods/portforward"}
 	storage["pods/proxy"] = noKubeletConnect{pods.Proxy, "pods/proxy"}
