@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"kplane.dev/kplane/planes/simulation/informers"
-	"kplane.dev/kplane/planes/workers"
 	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // RunDurationAnnotation on a pod sets how long its containers run before

@@ -19,9 +19,9 @@ import (
 
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"kplane.dev/kplane/planes/simulation/informers"
-	"kplane.dev/kplane/planes/workers"
 	"kplane.dev/kplane/planes/simulation/nodes"
 	"kplane.dev/kplane/planes/simulation/planens"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // Name is the schedulerName this scheduler serves (and pods without one).
