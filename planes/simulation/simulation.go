@@ -3,6 +3,7 @@ package simulation
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -20,6 +21,7 @@ import (
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/kubelet"
 	"kplane.dev/kplane/planes/simulation/nodes"
@@ -55,6 +57,8 @@ type Config struct {
 	Storage  *planestorage.Registry
 	// Off reports the planes the simulation leaves alone (nil: none).
 	Off func(plane string) bool
+	// Faults returns a plane's faults (nil: none anywhere).
+	Faults func(plane string) []faults.Fault
 }
 
 // PlaneAnnotation on a Plane (root plane) set to "false" leaves that
@@ -69,6 +73,8 @@ type Simulation struct {
 	// routed addresses the plane in each call's context (nodes).
 	routed    kubernetes.Interface
 	provision *nodes.Provisioner
+	// kubelet is set once Run built it.
+	kubelet atomic.Pointer[kubelet.Kubelet]
 }
 
 // New checks the configuration; Run starts the simulation.
@@ -99,6 +105,17 @@ func New(config Config) (*Simulation, error) {
 // SetOff sets Config.Off; call it before Run.
 func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
 
+// SetFaults sets Config.Faults; call it before Run.
+func (s *Simulation) SetFaults(f func(plane string) []faults.Fault) { s.config.Faults = f }
+
+// FaultsChanged makes the simulation look again at plane's pods: the
+// plane's faults were set or lifted.
+func (s *Simulation) FaultsChanged(plane string) {
+	if k := s.kubelet.Load(); k != nil {
+		k.FaultsChanged(plane)
+	}
+}
+
 // Run builds the informers and controllers and runs them until ctx is
 // done. The storages must exist (the API is installed).
 func (s *Simulation) Run(ctx context.Context) error {
@@ -110,10 +127,11 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration}, s.client, inf)
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Faults: s.config.Faults}, s.client, inf)
 	if err != nil {
 		return err
 	}
+	s.kubelet.Store(kube)
 	binder, err := volumes.New(s.client, s.routed, inf)
 	if err != nil {
 		return err
