@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"kplane.dev/kplane/planes/simulation/faults"
+	"kplane.dev/kplane/planes/simulation/nodes"
 )
 
 // Plane is the kplane.dev/v1 Plane object of the root plane: one per
@@ -35,6 +36,17 @@ type PlaneSpec struct {
 type SimulationSpec struct {
 	// Faults the simulated kubelet plays for the containers they match.
 	Faults []faults.Fault `json:"faults,omitempty"`
+	// Nodes is the shape of the plane's simulated nodes, read when they
+	// are made (the plane's first Pod).
+	Nodes *nodes.Spec `json:"nodes,omitempty"`
+}
+
+// NodeSpec returns the node shape set for p, or nil.
+func (p *Plane) NodeSpec() *nodes.Spec {
+	if p.Spec.Simulation == nil {
+		return nil
+	}
+	return p.Spec.Simulation.Nodes
 }
 
 // Faults returns the faults set for p.

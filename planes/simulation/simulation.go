@@ -105,6 +105,10 @@ func New(config Config) (*Simulation, error) {
 // SetOff sets Config.Off; call it before Run.
 func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
 
+// SetNodeSpecs sets where a plane's own node shape is found; call it
+// before Run.
+func (s *Simulation) SetNodeSpecs(spec func(plane string) *nodes.Spec) { s.provision.SetSpecs(spec) }
+
 // SetFaults sets Config.Faults; call it before Run.
 func (s *Simulation) SetFaults(f func(plane string) []faults.Fault) { s.config.Faults = f }
 

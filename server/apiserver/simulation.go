@@ -16,6 +16,7 @@ import (
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/simulation"
 	"kplane.dev/kplane/planes/simulation/faults"
+	"kplane.dev/kplane/planes/simulation/nodes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -26,6 +27,23 @@ func newSimulation(options *simulation.Options, loopbackConfig *rest.Config, sto
 		return nil, nil
 	}
 	return simulation.New(simulation.Config{Options: *options, Loopback: loopbackConfig, Storage: storage})
+}
+
+// planeNodeSpec reads the node shape of a Plane from the manager's
+// informer.
+func planeNodeSpec(obj any) *nodes.Spec {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if _, found, _ := unstructured.NestedMap(u.Object, "spec", "simulation", "nodes"); !found {
+		return nil
+	}
+	plane, err := lifecycle.PlaneFrom(u)
+	if err != nil {
+		return nil
+	}
+	return plane.NodeSpec()
 }
 
 // planeFaults reads the faults of a Plane from the manager's informer; a
@@ -75,6 +93,13 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 			return nil
 		}
 		return planeFaults(obj)
+	})
+	sim.SetNodeSpecs(func(plane string) *nodes.Spec {
+		obj, exists, err := planesByName.GetByKey(plane)
+		if err != nil || !exists {
+			return nil
+		}
+		return planeNodeSpec(obj)
 	})
 	if _, err := manager.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
