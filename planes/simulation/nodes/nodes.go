@@ -174,7 +174,7 @@ func (s Shape) node(i int) *corev1.Node {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: corev1.NodeSpec{PodCIDR: PodCIDR(i).String(), PodCIDRs: []string{PodCIDR(i).String()}, Taints: s.Taints},
+		Spec:       corev1.NodeSpec{PodCIDR: PodCIDR(i).String(), PodCIDRs: []string{PodCIDR(i).String()}, Taints: s.Taints},
 		Status: corev1.NodeStatus{
 			Capacity: capacity, Allocatable: capacity,
 			Phase: corev1.NodeRunning,
