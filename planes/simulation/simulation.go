@@ -7,10 +7,14 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/scale"
 	"k8s.io/kubernetes/pkg/controller/cronjob"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/endpoint"
 	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/job"
@@ -183,10 +187,24 @@ func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]
 	slices := endpointslice.NewController(ctx, inf.Pods, inf.Services, inf.Nodes, inf.EndpointSlices,
 		maxEndpointsPerSlice, s.client, 0)
 	endpoints := endpoint.NewEndpointController(ctx, inf.Pods, inf.Services, inf.Endpoints, s.client, 0)
+	budgets := s.disruption(ctx, inf)
 	return []func(context.Context, int){
 		deployments.Run, replicaSets.Run, replicationControllers.Run, statefulSets.Run, jobs.Run, cronJobs.Run,
-		finished.Run, slices.Run, endpoints.Run,
+		finished.Run, slices.Run, endpoints.Run, budgets.Run,
 	}, nil
+}
+
+// disruption builds upstream's PodDisruptionBudget controller. It finds
+// the scale of Pods' controllers through its listers for the built-in
+// ones (ReplicationController, ReplicaSet, Deployment, StatefulSet); a
+// custom resource's scale would need a REST mapping per plane, so a
+// budget over Pods of a custom controller reports that it cannot map it.
+func (s *Simulation) disruption(ctx context.Context, inf *informers.Informers) *disruption.DisruptionController {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	scales := scale.New(s.client.CoreV1().RESTClient(), mapper, dynamic.LegacyAPIPathResolverFunc,
+		scale.NewDiscoveryScaleKindResolver(s.client.Discovery()))
+	return disruption.NewDisruptionController(ctx, inf.Pods, inf.PodDisruptionBudgets, inf.ReplicationControllers,
+		inf.ReplicaSets, inf.Deployments, inf.StatefulSets, s.client, mapper, scales, s.client.Discovery())
 }
 
 // maxEndpointsPerSlice is kube-controller-manager's default.

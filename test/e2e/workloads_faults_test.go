@@ -70,6 +70,9 @@ func TestWorkloadsFaults(t *testing.T) {
 	if out, err := s.Kubectl(t, plane, "", "get", "pods"); err != nil || !strings.Contains(out, "CrashLoopBackOff") {
 		t.Errorf("kubectl get pods shows no CrashLoopBackOff: %v\n%s", err, out)
 	}
+	if out, err := s.Kubectl(t, plane, "", "logs", "deployment/web", "--previous"); err != nil || !strings.Contains(out, "simulated") {
+		t.Errorf("logs --previous of a crashed container: %v\n%s", err, out)
+	}
 	s.MustKubectl(t, plane, "", "set", "image", "deployment/web", "nginx=nginx:1.27")
 	rollout(t, s, plane, "web")
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -216,4 +217,70 @@ func TestWorkloadsReplicationController(t *testing.T) {
 	if len(ep.Subsets) != 1 || ep.Subsets[0].Addresses[0].IP != "10.9.8.7" {
 		t.Fatalf("hand-written Endpoints changed: %+v", ep.Subsets)
 	}
+}
+
+const budgetedWeb = `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: budgeted}}
+  template:
+    metadata: {labels: {app: budgeted}}
+    spec:
+      containers: [{name: nginx, image: nginx:1.27}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: budgeted}}
+`
+
+// TestWorkloadsDisruptionBudget: a PodDisruptionBudget's status follows
+// its Pods, and the eviction API honours it.
+func TestWorkloadsDisruptionBudget(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "pdb")
+	c := s.Client(t, plane)
+	s.MustKubectl(t, plane, budgetedWeb, "apply", "-f", "-")
+	rollout(t, s, plane, "web")
+	framework.Eventually(t, framework.DefaultTimeout, "budget: 3 healthy, 1 disruption allowed", func(ctx context.Context) error {
+		pdb, err := c.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := pdb.Status; st.ExpectedPods != 3 || st.CurrentHealthy != 3 || st.DesiredHealthy != 2 || st.DisruptionsAllowed != 1 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	s.MustKubectl(t, plane, "", "scale", "deployment/web", "--replicas=2")
+	framework.Eventually(t, framework.DefaultTimeout, "budget: 2 healthy, no disruption allowed", func(ctx context.Context) error {
+		pdb, err := c.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := pdb.Status; st.CurrentHealthy != 2 || st.DisruptionsAllowed != 0 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	pods, err := runningPods(t.Context(), c, "default", "app=budgeted", 2, "nginx:1.27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.CoreV1().Pods("default").EvictV1(t.Context(), &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pods[0].Name, Namespace: "default"}})
+	if !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("evicting below the budget: want 429, got %v", err)
+	}
+	s.MustKubectl(t, plane, "", "scale", "deployment/web", "--replicas=3")
+	framework.Eventually(t, framework.DefaultTimeout, "an eviction within the budget succeeds", func(ctx context.Context) error {
+		return c.CoreV1().Pods("default").EvictV1(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: pods[0].Name, Namespace: "default"}})
+	})
 }

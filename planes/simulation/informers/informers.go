@@ -9,10 +9,12 @@ import (
 	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -36,6 +38,7 @@ type Informers struct {
 	Endpoints              coreinformers.EndpointsInformer
 	Nodes                  coreinformers.NodeInformer
 	EndpointSlices         discoveryinformers.EndpointSliceInformer
+	PodDisruptionBudgets   policyinformers.PodDisruptionBudgetInformer
 
 	all []cache.SharedIndexInformer
 }
@@ -66,6 +69,7 @@ func New(registry *planestorage.Registry, off func(plane string) bool) (*Informe
 	i.ControllerRevisions = controllerRevisionInformer{build(schema.GroupResource{Group: "apps", Resource: "controllerrevisions"}, controllerRevisions)}
 	i.PersistentVolumeClaims = persistentVolumeClaimInformer{build(schema.GroupResource{Resource: "persistentvolumeclaims"}, persistentVolumeClaims)}
 	i.Endpoints = endpointsInformer{build(schema.GroupResource{Resource: "endpoints"}, endpoints)}
+	i.PodDisruptionBudgets = podDisruptionBudgetInformer{build(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}, podDisruptionBudgets)}
 	i.Jobs = jobInformer{build(schema.GroupResource{Group: "batch", Resource: "jobs"}, jobs)}
 	i.CronJobs = cronJobInformer{build(schema.GroupResource{Group: "batch", Resource: "cronjobs"}, cronJobs)}
 	i.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, pods)}
@@ -147,6 +151,15 @@ type endpointsInformer struct{ cache.SharedIndexInformer }
 func (e endpointsInformer) Informer() cache.SharedIndexInformer { return e.SharedIndexInformer }
 func (e endpointsInformer) Lister() corelisters.EndpointsLister {
 	return corelisters.NewEndpointsLister(e.GetIndexer())
+}
+
+type podDisruptionBudgetInformer struct{ cache.SharedIndexInformer }
+
+func (p podDisruptionBudgetInformer) Informer() cache.SharedIndexInformer {
+	return p.SharedIndexInformer
+}
+func (p podDisruptionBudgetInformer) Lister() policylisters.PodDisruptionBudgetLister {
+	return policylisters.NewPodDisruptionBudgetLister(p.GetIndexer())
 }
 
 type jobInformer struct{ cache.SharedIndexInformer }

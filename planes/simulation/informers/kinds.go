@@ -5,6 +5,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/kubernetes/pkg/controller/endpoint"
@@ -61,6 +62,11 @@ var (
 		keep: func(obj runtime.Object) bool {
 			return obj.(*corev1.Endpoints).Labels[endpoint.LabelManagedBy] == endpoint.ControllerName
 		},
+	}
+	podDisruptionBudgets = kind{
+		object: func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
+		list:   func() runtime.Object { return &policyv1.PodDisruptionBudgetList{} },
+		fold:   foldNamespace,
 	}
 	jobs = kind{
 		object: func() runtime.Object { return &batchv1.Job{} },
