@@ -269,11 +269,13 @@ func TestWorkloadsDisruptionBudget(t *testing.T) {
 		}
 		return nil
 	})
-	pods, err := runningPods(t.Context(), c, "default", "app=budgeted", 2, "nginx:1.27")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.CoreV1().Pods("default").EvictV1(t.Context(), &policyv1.Eviction{
+	var pods []corev1.Pod
+	framework.Eventually(t, framework.DefaultTimeout, "2 pods of web", func(ctx context.Context) error {
+		var err error
+		pods, err = runningPods(ctx, c, "default", "app=budgeted", 2, "nginx:1.27")
+		return err
+	})
+	err := c.CoreV1().Pods("default").EvictV1(t.Context(), &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: pods[0].Name, Namespace: "default"}})
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("evicting below the budget: want 429, got %v", err)
