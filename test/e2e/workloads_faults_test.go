@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -115,5 +117,43 @@ func TestWorkloadsFaults(t *testing.T) {
 	if out, err := s.Kubectl(t, plane, "", "wait", "--for=condition=Failed", "job/doomed",
 		"--timeout="+(2*framework.DefaultTimeout).String()); err != nil {
 		t.Fatalf("kubectl wait job/doomed Failed: %v\n%s", err, out)
+	}
+}
+
+// TestWorkloadsPlaneRunDuration: a plane's runDuration (on its Plane in
+// root) sets how long its Jobs' pods run, and a change applies to pods
+// already running.
+func TestWorkloadsPlaneRunDuration(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "run-duration")
+	createPlane(t, s, plane, "")
+	patch := func(d string) {
+		t.Helper()
+		if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"simulation":{"runDuration":%q}}}`, d)), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("runDuration %s: %v", d, err)
+		}
+	}
+	patch("1h")
+	c := s.Client(t, plane)
+	s.MustKubectl(t, plane, "", "create", "job", "long", "--image=trainer:1")
+	framework.Eventually(t, framework.DefaultTimeout, "job long's pod running", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "job-name=long", 1, "trainer:1")
+		return err
+	})
+	// The server's default (1 s) would have completed it by now.
+	framework.Consistently(t, 3*time.Second, "job long still running", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "job-name=long", 1, "trainer:1")
+		return err
+	})
+	patch("100ms")
+	if out, err := s.Kubectl(t, plane, "", "wait", "--for=condition=Complete", "job/long",
+		"--timeout="+framework.DefaultTimeout.String()); err != nil {
+		t.Fatalf("job long after runDuration 100ms: %v\n%s", err, out)
+	}
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType,
+		[]byte(`{"spec":{"simulation":{"runDuration":"soon"}}}`), metav1.PatchOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("runDuration soon: want 422, got %v", err)
 	}
 }

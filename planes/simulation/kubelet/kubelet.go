@@ -15,6 +15,7 @@ import (
 	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/simulation/planens"
 	"kplane.dev/kplane/planes/workers"
 )
 
@@ -27,8 +28,16 @@ type Config struct {
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
 	Workers     int
-	// Faults returns the faults set for a plane (nil: none anywhere).
-	Faults func(plane string) []faults.Fault
+	// Planes returns what a plane's Plane sets for its simulation (nil:
+	// nothing anywhere).
+	Planes func(plane string) PlaneSettings
+}
+
+// PlaneSettings is what a plane's Plane (in root) sets for the kubelet.
+type PlaneSettings struct {
+	Faults []faults.Fault
+	// RunDuration of the plane's run-to-completion pods (0: the server's).
+	RunDuration time.Duration
 }
 
 // Kubelet runs the pods of the simulated nodes.
@@ -93,9 +102,9 @@ func (k *Kubelet) struck(pod *corev1.Pod) bool {
 	return f != nil
 }
 
-// FaultsChanged makes the kubelet look again at every pod of plane: its
-// faults were set or lifted.
-func (k *Kubelet) FaultsChanged(plane string) {
+// PlaneChanged makes the kubelet look again at every pod of plane: its
+// settings (faults) were changed.
+func (k *Kubelet) PlaneChanged(plane string) {
 	objs, _ := k.pods.GetIndexer().ByIndex(informers.PlaneIndex, plane)
 	for _, obj := range objs {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -177,6 +186,9 @@ func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 			return d
 		}
+	}
+	if d := k.settings(planens.Plane(pod.Namespace)).RunDuration; d > 0 {
+		return d
 	}
 	return k.config.RunDuration
 }
