@@ -25,6 +25,7 @@ import (
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/kubelet"
 	"kplane.dev/kplane/planes/simulation/nodes"
@@ -116,6 +117,7 @@ func (s *Simulation) SetNodeSpecs(spec func(plane string) *nodes.Spec) { s.provi
 // SetPlaneSettings sets Config.Planes; call it before Run.
 func (s *Simulation) SetPlaneSettings(f func(plane string) kubelet.PlaneSettings) {
 	s.config.Planes = f
+	s.provision.SetFaults(func(plane string) []faults.Fault { return f(plane).Faults })
 }
 
 // PlaneChanged makes the simulation look again at plane's pods: what the
@@ -137,7 +139,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Planes: s.config.Planes}, s.client, inf)
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Planes: s.config.Planes}, s.client, s.routed, inf)
 	if err != nil {
 		return err
 	}

@@ -44,22 +44,38 @@ type PlaneSettings struct {
 type Kubelet struct {
 	config Config
 	client kubernetes.Interface
+	// routed writes nodes, by their name inside the plane of each call's
+	// context (the folding client cannot unfold a name in a body).
+	routed kubernetes.Interface
 	pods   cache.SharedIndexInformer
 	nodes  cache.SharedIndexInformer
 	queue  workqueue.TypedRateLimitingInterface[string]
-	ips    *addresses
+	// nodeQueue holds the simulated nodes whose readiness to check.
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	ips       *addresses
 }
 
 // New returns a kubelet over the shared informers; client is the
-// plane-folding client (planeclient).
-func New(config Config, client kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
+// plane-folding client (planeclient), routed the client addressing the
+// plane of each call's context.
+func New(config Config, client, routed kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
 	if config.Workers <= 0 {
 		config.Workers = 16
 	}
 	k := &Kubelet{
-		config: config, client: client, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
+		config: config, client: client, routed: routed, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet"}),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet_nodes"}),
+	}
+	if err := informers.AddPlaneIndex(k.nodes); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
+	}
+	// A node is looked at when it is made: a plane's faults may be set
+	// before its first pod.
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: k.nodeChanged}); err != nil {
+		return nil, err
 	}
 	if err := informers.AddPlaneIndex(k.pods); err != nil {
 		return nil, fmt.Errorf("kubelet index: %w", err)
@@ -80,6 +96,7 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 
 // Run works until ctx is done.
 func (k *Kubelet) Run(ctx context.Context) {
+	go workers.Run(ctx, k.nodeQueue, 2, "node", k.syncNode)
 	workers.Run(ctx, k.queue, k.config.Workers, "pod", k.sync)
 }
 
@@ -110,6 +127,10 @@ func (k *Kubelet) PlaneChanged(plane string) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			k.queue.Add(key)
 		}
+	}
+	planeNodes, _ := k.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane)
+	for _, obj := range planeNodes {
+		k.nodeChanged(obj)
 	}
 }
 
@@ -150,6 +171,9 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
+	}
+	if !nodeReady(node) {
+		return k.nodeDown(ctx, pod, node)
 	}
 	if f, ci := k.fault(pod); f != nil {
 		return k.play(ctx, key, pod, node, f, ci)
