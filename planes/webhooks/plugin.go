@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -87,14 +88,20 @@ type Plugin struct {
 	authorizer   authorizer.Authorizer
 
 	mu     sync.RWMutex
-	planes map[string]*planeHooks
+	planes map[string]*planeState
+}
+
+// planeState is what a plane with webhook configurations has.
+type planeState struct {
+	limit *planeLimit
+	build sync.Mutex
+	hooks atomic.Pointer[planeHooks]
 }
 
 // planeHooks is one plane's upstream plugin and what it was built for.
 type planeHooks struct {
 	version string
 	plugin  upstreamPlugin
-	limit   *planeLimit
 }
 
 var (
@@ -112,7 +119,7 @@ func newPlugin(k kind, config Config) *Plugin {
 		Handler: admission.NewHandler(admission.Connect, admission.Create, admission.Delete, admission.Update),
 		kind:    k,
 		config:  config,
-		planes:  map[string]*planeHooks{},
+		planes:  map[string]*planeState{},
 	}
 }
 
@@ -199,27 +206,42 @@ func (p *Plugin) hooksOf(ctx context.Context, plane string) (*planeHooks, error)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.RLock()
-	current := p.planes[plane]
-	p.mu.RUnlock()
-	if current != nil && current.version == version {
+	state := p.stateOf(plane)
+	if current := state.hooks.Load(); current != nil && current.version == version {
 		return current, nil
 	}
-	limit := newPlaneLimit(p.config.MaxInFlightPerPlane)
-	if current != nil {
-		limit = current.limit
+	// One build at a time per plane: requests that arrive meanwhile wait
+	// for it instead of building the same plugin again.
+	state.build.Lock()
+	defer state.build.Unlock()
+	if current := state.hooks.Load(); current != nil && current.version == version {
+		return current, nil
 	}
-	built, err := p.build(plane, items, limit)
+	built, err := p.build(plane, items, state.limit)
 	if err != nil {
 		return nil, err
 	}
-	hooks := &planeHooks{version: version, plugin: built, limit: limit}
-	// Two requests that saw different versions may race here; the loser's
-	// next request sees a version that differs and builds again.
-	p.mu.Lock()
-	p.planes[plane] = hooks
-	p.mu.Unlock()
+	hooks := &planeHooks{version: version, plugin: built}
+	state.hooks.Store(hooks)
 	return hooks, nil
+}
+
+// stateOf returns the state of a plane with configurations, made on first
+// use: its concurrency limit lives as long as the plane has webhooks.
+func (p *Plugin) stateOf(plane string) *planeState {
+	p.mu.RLock()
+	state := p.planes[plane]
+	p.mu.RUnlock()
+	if state != nil {
+		return state
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if state = p.planes[plane]; state == nil {
+		state = &planeState{limit: newPlaneLimit(p.config.MaxInFlightPerPlane)}
+		p.planes[plane] = state
+	}
+	return state
 }
 
 func (p *Plugin) drop(plane string) {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -37,6 +38,9 @@ type hookServer struct {
 
 	mu    sync.Mutex
 	calls map[string][]string
+	// release ends the calls of /slow/<tag>, which wait for it.
+	release chan struct{}
+	slow    atomic.Int32
 }
 
 // hookServiceName is the Service name the server's certificate holds
@@ -51,8 +55,8 @@ func startHookServer(t *testing.T) *hookServer {
 // startHookServerOn starts a hookServer listening on ip.
 func startHookServerOn(t *testing.T, ip string) *hookServer {
 	t.Helper()
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1",
-		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost", hookServiceName})
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(ip,
+		[]net.IP{net.ParseIP(ip)}, []string{"localhost", hookServiceName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +64,7 @@ func startHookServerOn(t *testing.T, ip string) *hookServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hookServer{caBundle: certPEM, calls: map[string][]string{}}
+	h := &hookServer{caBundle: certPEM, calls: map[string][]string{}, release: make(chan struct{})}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(h.serve))
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
@@ -87,6 +91,10 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 	h.calls[r.URL.Path] = append(h.calls[r.URL.Path], req.Name)
 	h.mu.Unlock()
 
+	if strings.HasPrefix(r.URL.Path, "/slow/") {
+		h.slow.Add(1)
+		<-h.release
+	}
 	var obj metav1.PartialObjectMetadata
 	_ = json.Unmarshal(req.Object.Raw, &obj)
 	tag := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
@@ -461,4 +469,115 @@ func TestWebhookBadInput(t *testing.T) {
 			t.Errorf("%s: causes %+v, want one on %s", tc.what, status.Details.Causes, tc.field)
 		}
 	}
+}
+
+// TestWebhookEgressPolicy: a webhook at a link-local (cloud metadata)
+// address is never called, and the refusal names the policy.
+func TestWebhookEgressPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plane := uniquePlane(t, "whegress")
+	c := shared.Client(t, plane)
+	quotaNamespace(t, c, "work")
+	cfg := validatingHook("metadata", admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://169.254.169.254/latest/meta-data")})
+	if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the metadata webhook is refused by the policy", func(ctx context.Context) error {
+		_, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("x", nil), metav1.CreateOptions{})
+		if err == nil {
+			_ = c.CoreV1().ConfigMaps("work").Delete(ctx, "x", metav1.DeleteOptions{})
+			return fmt.Errorf("admitted")
+		}
+		if want := "kplane webhook egress policy refuses 169.254.169.254:443: link-local"; !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("got %v, want %q", err, want)
+		}
+		return nil
+	})
+}
+
+// TestWebhookEgressFlagsAndPlaneLimit: --webhook-egress-deny-cidrs refuses
+// what it names, and --webhook-max-in-flight-per-plane keeps a plane whose
+// webhook hangs from holding more than its share: its calls beyond the
+// bound fail at once while another plane's webhooks are called as usual.
+func TestWebhookEgressFlagsAndPlaneLimit(t *testing.T) {
+	t.Parallel()
+	ip := hostAddress(t)
+	s := framework.StartServer(t, framework.Options{Args: []string{
+		"--webhook-egress-deny-cidrs", "127.0.0.0/8", "--webhook-max-in-flight-per-plane", "2"}})
+	ctx := context.Background()
+	local, hook := startHookServer(t), startHookServerOn(t, ip)
+	hookURL := "https://" + net.JoinHostPort(ip, fmt.Sprint(hook.port))
+
+	denied, slow, other := "denied", "slow", "other"
+	clients := map[string]kubernetes.Interface{}
+	for plane, target := range map[string]struct {
+		url  string
+		hook *hookServer
+	}{
+		denied: {local.url + "/validate/" + denied, local}, slow: {hookURL + "/slow/" + slow, hook}, other: {hookURL + "/validate/" + other, hook},
+	} {
+		c := s.Client(t, plane)
+		clients[plane] = c
+		quotaNamespace(t, c, "work")
+		cfg := validatingHook("hook", admissionregistrationv1.WebhookClientConfig{URL: ptr.To(target.url), CABundle: target.hook.caBundle})
+		if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the loopback webhook is refused by the deny flag", func(ctx context.Context) error {
+		_, err := clients[denied].CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("x", nil), metav1.CreateOptions{})
+		if err == nil {
+			_ = clients[denied].CoreV1().ConfigMaps("work").Delete(ctx, "x", metav1.DeleteOptions{})
+			return fmt.Errorf("admitted")
+		}
+		if want := "denied by 127.0.0.0/8 (--webhook-egress-deny-cidrs)"; !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("got %v, want %q", err, want)
+		}
+		return nil
+	})
+	if calls := local.callsTo("/validate/" + denied); len(calls) != 0 {
+		t.Fatalf("the denied webhook was called: %v", calls)
+	}
+
+	// Two creates in the slow plane hold its two slots.
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hook.release)
+		}
+	}
+	t.Cleanup(release)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = clients[slow].CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap(fmt.Sprintf("held-%d", i), nil), metav1.CreateOptions{})
+		}()
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "two calls wait in the slow webhook", func(context.Context) error {
+		if n := hook.slow.Load(); n != 2 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
+	})
+	_, err := clients[slow].CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("third", nil), metav1.CreateOptions{})
+	if want := "the plane has 2 webhook calls in flight, its limit (--webhook-max-in-flight-per-plane)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("third create in the slow plane: got %v, want %q", err, want)
+	}
+	if n := hook.slow.Load(); n != 2 {
+		t.Fatalf("the slow webhook got %d calls, want 2", n)
+	}
+	// The other plane's webhook is called while the slow one hangs.
+	framework.Eventually(t, framework.DefaultTimeout, "the other plane's webhook answers", func(ctx context.Context) error {
+		_, err := clients[other].CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("other", nil), metav1.CreateOptions{})
+		return err
+	})
+	if calls := hook.callsTo("/validate/" + other); len(calls) == 0 {
+		t.Fatal("the other plane's webhook was not called")
+	}
+	release()
 }
