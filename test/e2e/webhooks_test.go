@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,6 +470,26 @@ func TestWebhookBadInput(t *testing.T) {
 			t.Errorf("%s: causes %+v, want one on %s", tc.what, status.Details.Causes, tc.field)
 		}
 	}
+	// A caBundle that holds no certificate is stored, as upstream (which
+	// validates it for CRD conversion only), and every call fails with why.
+	garbage := validatingHook("bad-ca", admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:9443/x"), CABundle: []byte("not a certificate")})
+	if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, garbage, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "work"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "calls with the bad caBundle fail", func(ctx context.Context) error {
+		_, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("x", nil), metav1.CreateOptions{})
+		if err == nil {
+			_ = c.CoreV1().ConfigMaps("work").Delete(ctx, "x", metav1.DeleteOptions{})
+			return fmt.Errorf("admitted")
+		}
+		if want := "failed calling webhook"; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "certificate") {
+			return fmt.Errorf("got %v, want %q naming the certificates", err, want)
+		}
+		return nil
+	})
 }
 
 // TestWebhookEgressPolicy: a webhook at a link-local (cloud metadata)
@@ -580,4 +601,70 @@ func TestWebhookEgressFlagsAndPlaneLimit(t *testing.T) {
 		t.Fatal("the other plane's webhook was not called")
 	}
 	release()
+}
+
+// TestWebhookUpstreamMatching: objectSelector, matchConditions (CEL),
+// dry-run and warnings act as upstream in a plane.
+func TestWebhookUpstreamMatching(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hook := startHookServer(t)
+	plane := uniquePlane(t, "whmatch")
+	c := shared.Client(t, plane)
+	quotaNamespace(t, c, "work")
+	validating := validatingHook("checked-only", admissionregistrationv1.WebhookClientConfig{
+		URL: ptr.To(hook.url + "/validate/" + plane), CABundle: hook.caBundle})
+	validating.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{
+		{Name: "checked", Expression: `object.metadata.name.startsWith("checked-")`}}
+	if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mutating := mutatingHook("app-only", admissionregistrationv1.WebhookClientConfig{
+		URL: ptr.To(hook.url + "/mutate/" + plane), CABundle: hook.caBundle}, nil)
+	mutating.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}
+	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deny := map[string]string{"deny": "true", "app": "x"}
+	framework.Eventually(t, framework.DefaultTimeout, "the webhooks act", func(ctx context.Context) error {
+		_, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("checked-denied", deny), metav1.CreateOptions{})
+		if err == nil {
+			_ = c.CoreV1().ConfigMaps("work").Delete(ctx, "checked-denied", metav1.DeleteOptions{})
+			return fmt.Errorf("admitted")
+		}
+		return nil
+	})
+	// matchConditions: a name the condition does not match is not sent.
+	if _, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("unchecked", deny), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a ConfigMap the match condition excludes: %v", err)
+	}
+	if calls := hook.callsTo("/validate/" + plane); slices.Contains(calls, "unchecked") {
+		t.Fatalf("the validating webhook was called for an object its match condition excludes: %v", calls)
+	}
+	// objectSelector: only objects labelled app=x are patched.
+	cm, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("no-app", map[string]string{"other": "y"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cm.Labels["mutated-by"]; ok {
+		t.Fatalf("an object outside the objectSelector was patched: %v", cm.Labels)
+	}
+	// Dry run: the webhooks (sideEffects None) are called and refuse; an
+	// allowed object is patched and not stored.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("checked-dry", deny), dryRun); err == nil {
+		t.Fatal("a dry-run create the webhook refuses was admitted")
+	}
+	cm, err = c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("checked-dry-ok", map[string]string{"app": "x"}), dryRun)
+	if err != nil || cm.Labels["mutated-by"] != plane {
+		t.Fatalf("dry-run create: %v, labels %v", err, cm.Labels)
+	}
+	if _, err := c.CoreV1().ConfigMaps("work").Get(ctx, "checked-dry-ok", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a dry-run create was stored: %v", err)
+	}
+	// Warnings of the webhooks reach the client.
+	out, err := shared.Kubectl(t, plane, "", "create", "configmap", "checked-warned", "-n", "work")
+	if err != nil || !strings.Contains(out, "Warning: seen by "+plane) {
+		t.Fatalf("kubectl create: %v\n%s", err, out)
+	}
 }
