@@ -194,6 +194,10 @@ func (p *Plugin) dispatch(ctx context.Context, a admission.Attributes, call func
 // hooksOf returns the plane's upstream plugin for the configurations the
 // cache holds now, or nil when there are none.
 func (p *Plugin) hooksOf(ctx context.Context, plane string) (*planeHooks, error) {
+	if p.config.Registry.Storage(p.kind.resource) == nil {
+		// Not served (yet): no plane can hold configurations.
+		return nil, nil
+	}
 	items, err := objects{registry: p.config.Registry, plane: plane}.list(ctx, p.kind.resource, "")
 	if err != nil {
 		return nil, err
