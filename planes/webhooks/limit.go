@@ -49,6 +49,14 @@ func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // WrappedRoundTripper lets client-go see through the wrapper.
 func (t limitedTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
+// ResolverWrapper returns the authentication resolver wrapper of webhook
+// clients that belong to no plane's bound (CRD conversion webhooks, whose
+// handlers planes with identical CRDs share): no server credentials, the
+// egress policy's Dial.
+func (p *EgressPolicy) ResolverWrapper() webhookutil.AuthenticationInfoResolverWrapper {
+	return egressResolverWrapper(p, newPlaneLimit(0))
+}
+
 // egressResolverWrapper replaces the authentication resolver of a plane's
 // webhook clients: they carry no credentials of the server (upstream's
 // default resolver would hand out the in-cluster config for

@@ -23,6 +23,9 @@ type WebhookConfig struct {
 type webhookPlugins struct {
 	validating webhooks.Validating
 	mutating   webhooks.Mutating
+	// egress is the policy of every webhook call, conversion webhooks'
+	// included.
+	egress *webhooks.EgressPolicy
 }
 
 // newWebhookPlugins builds the webhook plugins with the egress policy of
@@ -36,10 +39,7 @@ func (c *Config) newWebhookPlugins(stores *planestorage.Registry) (webhookPlugin
 	if err != nil {
 		return webhookPlugins{}, fmt.Errorf("webhook egress deny list: %w", err)
 	}
-	config := webhooks.Config{
-		Registry:            stores,
-		Egress:              &webhooks.EgressPolicy{Allow: allow, Deny: deny, Datastore: c.Webhooks.Datastore},
-		MaxInFlightPerPlane: c.Webhooks.MaxInFlightPerPlane,
-	}
-	return webhookPlugins{validating: webhooks.NewValidating(config), mutating: webhooks.NewMutating(config)}, nil
+	egress := &webhooks.EgressPolicy{Allow: allow, Deny: deny, Datastore: c.Webhooks.Datastore}
+	config := webhooks.Config{Registry: stores, Egress: egress, MaxInFlightPerPlane: c.Webhooks.MaxInFlightPerPlane}
+	return webhookPlugins{validating: webhooks.NewValidating(config), mutating: webhooks.NewMutating(config), egress: egress}, nil
 }
