@@ -18,8 +18,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
@@ -82,6 +87,10 @@ func startHookServerOn(t *testing.T, ip string) *hookServer {
 }
 
 func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/convert/") {
+		h.convert(w, r)
+		return
+	}
 	var review admissionv1.AdmissionReview
 	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
 		http.Error(w, fmt.Sprintf("bad review: %v", err), http.StatusBadRequest)
@@ -111,6 +120,43 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	review.Response = resp
 	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// convert answers a ConversionReview: spec.color of v1 is spec.colour of
+// v2.
+func (h *hookServer) convert(w http.ResponseWriter, r *http.Request) {
+	var review apiextensionsv1.ConversionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, fmt.Sprintf("bad review: %v", err), http.StatusBadRequest)
+		return
+	}
+	req := review.Request
+	resp := &apiextensionsv1.ConversionResponse{UID: req.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
+	for _, raw := range req.Objects {
+		var obj map[string]any
+		if err := json.Unmarshal(raw.Raw, &obj); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		h.mu.Lock()
+		h.calls[r.URL.Path] = append(h.calls[r.URL.Path], obj["metadata"].(map[string]any)["name"].(string))
+		h.mu.Unlock()
+		spec, _ := obj["spec"].(map[string]any)
+		from, to := "color", "colour"
+		if req.DesiredAPIVersion == "conv.example.org/v1" {
+			from, to = "colour", "color"
+		}
+		if v, ok := spec[from]; ok {
+			delete(spec, from)
+			spec[to] = v
+		}
+		obj["apiVersion"] = req.DesiredAPIVersion
+		out, _ := json.Marshal(obj)
+		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: out})
+	}
+	review.Response, review.Request = resp, nil
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(&review)
 }
@@ -666,5 +712,89 @@ func TestWebhookUpstreamMatching(t *testing.T) {
 	out, err := shared.Kubectl(t, plane, "", "create", "configmap", "checked-warned", "-n", "work")
 	if err != nil || !strings.Contains(out, "Warning: seen by "+plane) {
 		t.Fatalf("kubectl create: %v\n%s", err, out)
+	}
+}
+
+// convertedCRD is gadgets.conv.example.org, v1 stored and v2 served,
+// converted by the webhook at client.
+func convertedCRD(client apiextensionsv1.WebhookClientConfig) *apiextensionsv1.CustomResourceDefinition {
+	crd := crdInGroup("conv.example.org", "gadgets", "Gadget", apiextensionsv1.NamespaceScoped, nil, "v1", "v2")
+	crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
+		Strategy: apiextensionsv1.WebhookConverter,
+		Webhook:  &apiextensionsv1.WebhookConversion{ClientConfig: &client, ConversionReviewVersions: []string{"v1"}},
+	}
+	return crd
+}
+
+// TestConversionWebhookPerPlane: a multi-version CRD converts through its
+// webhook on the test's localhost, each plane through the webhook its own
+// CRD names; a conversion webhook named by a Service reference answers a
+// clear error.
+func TestConversionWebhookPerPlane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hook := startHookServer(t)
+	a, b := uniquePlane(t, "conv-a"), uniquePlane(t, "conv-b")
+	gvr := func(v string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "conv.example.org", Version: v, Resource: "gadgets"}
+	}
+	for _, plane := range []string{a, b} {
+		createEstablished(ctx, t, shared, plane, convertedCRD(apiextensionsv1.WebhookClientConfig{
+			URL: ptr.To(hook.url + "/convert/" + plane), CABundle: hook.caBundle}))
+	}
+	for _, plane := range []string{a, b} {
+		d := shared.Dynamic(t, plane)
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "conv.example.org/v2", "kind": "Gadget",
+			"metadata": map[string]any{"name": plane + "-g"}, "spec": map[string]any{"colour": "red"}}}
+		framework.Eventually(t, framework.DefaultTimeout, "creating a v2 Gadget in "+plane, func(ctx context.Context) error {
+			_, err := d.Resource(gvr("v2")).Namespace("default").Create(ctx, obj, metav1.CreateOptions{})
+			return err
+		})
+		stored, err := d.Resource(gvr("v1")).Namespace("default").Get(ctx, plane+"-g", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if color, _, _ := unstructured.NestedString(stored.Object, "spec", "color"); color != "red" {
+			t.Fatalf("plane %s, v1: spec %v, want color red", plane, stored.Object["spec"])
+		}
+		served, err := d.Resource(gvr("v2")).Namespace("default").Get(ctx, plane+"-g", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if colour, _, _ := unstructured.NestedString(served.Object, "spec", "colour"); colour != "red" {
+			t.Fatalf("plane %s, v2: spec %v, want colour red", plane, served.Object["spec"])
+		}
+	}
+	for _, plane := range []string{a, b} {
+		calls := hook.callsTo("/convert/" + plane)
+		if len(calls) == 0 {
+			t.Fatalf("plane %s's conversion webhook was not called", plane)
+		}
+		expectOnly(t, "plane "+plane+"'s conversion webhook", calls, plane+"-")
+	}
+
+	// The egress policy applies to conversion webhooks too.
+	metadata := uniquePlane(t, "conv-metadata")
+	createEstablished(ctx, t, shared, metadata, convertedCRD(apiextensionsv1.WebhookClientConfig{URL: ptr.To("https://169.254.169.254/convert")}))
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "conv.example.org/v2", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g"}, "spec": map[string]any{"colour": "red"}}}
+	framework.Eventually(t, framework.DefaultTimeout, "conversion at a metadata address is refused", func(ctx context.Context) error {
+		_, err := shared.Dynamic(t, metadata).Resource(gvr("v2")).Namespace("default").Create(ctx, obj, metav1.CreateOptions{})
+		if want := "kplane webhook egress policy refuses 169.254.169.254:443"; err == nil || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("got %v, want %q", err, want)
+		}
+		return nil
+	})
+
+	// By Service reference: refused with why, nothing stored.
+	c := uniquePlane(t, "conv-svc")
+	createEstablished(ctx, t, shared, c, convertedCRD(apiextensionsv1.WebhookClientConfig{
+		Service: &apiextensionsv1.ServiceReference{Namespace: "default", Name: "converter", Path: ptr.To("/convert")}, CABundle: hook.caBundle}))
+	_, err := shared.Dynamic(t, c).Resource(gvr("v1")).Namespace("default").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "use spec.conversion.webhook.clientConfig.url") {
+		t.Fatalf("conversion by service reference: got %v, want 400 naming clientConfig.url", err)
+	}
+	if _, err := apiextensionsclient.NewForConfigOrDie(shared.RESTConfig(c)).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, "gadgets.conv.example.org", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
