@@ -115,6 +115,9 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 		resp.Result = &metav1.Status{Code: http.StatusForbidden, Message: "denied by the webhook of " + tag}
 	case strings.HasPrefix(r.URL.Path, "/mutate/"):
 		patch := fmt.Sprintf(`[{"op":"add","path":"/metadata/labels/mutated-by","value":%q}]`, tag)
+		if obj.Labels == nil {
+			patch = fmt.Sprintf(`[{"op":"add","path":"/metadata/labels","value":{"mutated-by":%q}}]`, tag)
+		}
 		resp.Patch = []byte(patch)
 		resp.PatchType = ptr.To(admissionv1.PatchTypeJSONPatch)
 	}
@@ -342,6 +345,9 @@ func TestMutatingWebhookPerPlane(t *testing.T) {
 		cfg := mutatingHook("labeller", admissionregistrationv1.WebhookClientConfig{
 			URL: ptr.To(hook.url + "/mutate/" + plane), CABundle: hook.caBundle},
 			&metav1.LabelSelector{MatchLabels: map[string]string{"hooks": "on"}})
+		// The test's objects only: the plane's controllers write
+		// ConfigMaps (kube-root-ca.crt) in these namespaces too.
+		cfg.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}
 		if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -452,10 +458,17 @@ func TestWebhookServiceOnHost(t *testing.T) {
 	})
 	// The other plane has the same configuration but no such Service: its
 	// Service reference resolves in its own plane, to nothing.
-	_, err := cother.CoreV1().ConfigMaps("webhooks").Create(ctx, labelledConfigMap(other+"-x", nil), metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), `failed calling webhook`) {
-		t.Fatalf("plane %s without the Service: got %v, want a failed call", other, err)
-	}
+	framework.Eventually(t, framework.DefaultTimeout, "plane "+other+"'s Service reference fails", func(ctx context.Context) error {
+		_, err := cother.CoreV1().ConfigMaps("webhooks").Create(ctx, labelledConfigMap(other+"-x", nil), metav1.CreateOptions{})
+		if err == nil {
+			_ = cother.CoreV1().ConfigMaps("webhooks").Delete(ctx, other+"-x", metav1.DeleteOptions{})
+			return fmt.Errorf("admitted")
+		}
+		if !strings.Contains(err.Error(), `failed calling webhook`) {
+			return fmt.Errorf("got %v, want a failed call", err)
+		}
+		return nil
+	})
 	if calls := hook.callsTo("/validate/" + other); len(calls) != 0 {
 		t.Fatalf("plane %s's configuration reached plane %s's Service: %v", other, plane, calls)
 	}
@@ -578,12 +591,15 @@ func TestWebhookEgressFlagsAndPlaneLimit(t *testing.T) {
 
 	denied, slow, other := "denied", "slow", "other"
 	clients := map[string]kubernetes.Interface{}
-	for plane, target := range map[string]struct {
-		url  string
-		hook *hookServer
+	// In this order: once the cache holds the denied plane's configuration
+	// (the first wait below), it holds the others too.
+	for _, target := range []struct {
+		plane, url string
+		hook       *hookServer
 	}{
-		denied: {local.url + "/validate/" + denied, local}, slow: {hookURL + "/slow/" + slow, hook}, other: {hookURL + "/validate/" + other, hook},
+		{slow, hookURL + "/slow/" + slow, hook}, {other, hookURL + "/validate/" + other, hook}, {denied, local.url + "/validate/" + denied, local},
 	} {
+		plane := target.plane
 		c := s.Client(t, plane)
 		clients[plane] = c
 		quotaNamespace(t, c, "work")
@@ -672,11 +688,23 @@ func TestWebhookUpstreamMatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	deny := map[string]string{"deny": "true", "app": "x"}
-	framework.Eventually(t, framework.DefaultTimeout, "the webhooks act", func(ctx context.Context) error {
+	framework.Eventually(t, framework.DefaultTimeout, "the validating webhook acts", func(ctx context.Context) error {
 		_, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap("checked-denied", deny), metav1.CreateOptions{})
 		if err == nil {
 			_ = c.CoreV1().ConfigMaps("work").Delete(ctx, "checked-denied", metav1.DeleteOptions{})
 			return fmt.Errorf("admitted")
+		}
+		return nil
+	})
+	seq := 0
+	framework.Eventually(t, framework.DefaultTimeout, "the mutating webhook acts", func(ctx context.Context) error {
+		seq++
+		cm, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap(fmt.Sprintf("app-%d", seq), map[string]string{"app": "x"}), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.Labels["mutated-by"] != plane {
+			return fmt.Errorf("labels %v", cm.Labels)
 		}
 		return nil
 	})
