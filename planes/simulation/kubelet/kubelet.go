@@ -5,18 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // RunDurationAnnotation on a pod sets how long its containers run before
@@ -28,6 +27,8 @@ type Config struct {
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
 	Workers     int
+	// Faults returns the faults set for a plane (nil: none anywhere).
+	Faults func(plane string) []faults.Fault
 }
 
 // Kubelet runs the pods of the simulated nodes.
@@ -51,6 +52,9 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet"}),
 	}
+	if err := informers.AddPlaneIndex(k.pods); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
+	}
 	if err := informers.AddNodeIndex(k.pods); err != nil {
 		return nil, fmt.Errorf("kubelet index: %w", err)
 	}
@@ -67,29 +71,7 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 
 // Run works until ctx is done.
 func (k *Kubelet) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer k.queue.ShutDown()
-	for i := 0; i < k.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, k.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (k *Kubelet) worker(ctx context.Context) {
-	for {
-		key, quit := k.queue.Get()
-		if quit {
-			return
-		}
-		err := k.sync(ctx, key)
-		k.queue.Done(key)
-		if err == nil {
-			k.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithField("pod", key).Debug("simulated kubelet retries")
-		k.queue.AddRateLimited(key)
-	}
+	workers.Run(ctx, k.queue, k.config.Workers, "pod", k.sync)
 }
 
 func (k *Kubelet) podChanged(obj any) {
@@ -99,9 +81,26 @@ func (k *Kubelet) podChanged(obj any) {
 	}
 	k.ips.observed(pod)
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" ||
-		(pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod)) {
+		(pod.Status.Phase == corev1.PodRunning && (runsToCompletion(pod) || faulted(pod) || k.struck(pod))) {
 		key, _ := cache.MetaNamespaceKeyFunc(pod)
 		k.queue.Add(key)
+	}
+}
+
+// struck reports whether a fault strikes pod.
+func (k *Kubelet) struck(pod *corev1.Pod) bool {
+	f, _ := k.fault(pod)
+	return f != nil
+}
+
+// FaultsChanged makes the kubelet look again at every pod of plane: its
+// faults were set or lifted.
+func (k *Kubelet) FaultsChanged(plane string) {
+	objs, _ := k.pods.GetIndexer().ByIndex(informers.PlaneIndex, plane)
+	for _, obj := range objs {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			k.queue.Add(key)
+		}
 	}
 }
 
@@ -137,9 +136,18 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 	if node == nil {
 		return nil
 	}
-	switch {
-	case pod.DeletionTimestamp != nil:
+	if pod.DeletionTimestamp != nil {
 		return k.remove(ctx, pod)
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	if f, ci := k.fault(pod); f != nil {
+		return k.play(ctx, key, pod, node, f, ci)
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodRunning && faulted(pod):
+		return k.recover(ctx, pod, node)
 	case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
 		return k.start(ctx, pod, node)
 	case pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod):
