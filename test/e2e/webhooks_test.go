@@ -826,3 +826,48 @@ func TestConversionWebhookPerPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWebhookReinvocation: a mutating webhook with reinvocationPolicy
+// IfNeeded is called again after a later webhook changed the object, as
+// upstream.
+func TestWebhookReinvocation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hook := startHookServer(t)
+	plane := uniquePlane(t, "whreinvoke")
+	c := shared.Client(t, plane)
+	quotaNamespace(t, c, "work")
+	// Configurations run in name order: "1-first" labels mutated-by=first,
+	// then "2-second" overwrites it with second, which makes "1-first"
+	// (IfNeeded) run again.
+	for _, tag := range []string{"first", "second"} {
+		name := map[string]string{"first": "1-first", "second": "2-second"}[tag]
+		cfg := mutatingHook(name, admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.url + "/mutate/" + tag), CABundle: hook.caBundle}, nil)
+		cfg.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}
+		if tag == "first" {
+			cfg.Webhooks[0].ReinvocationPolicy = ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy)
+		}
+		if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := 0
+	framework.Eventually(t, framework.DefaultTimeout, "both webhooks act, the first again last", func(ctx context.Context) error {
+		seq++
+		name := fmt.Sprintf("r-%d", seq)
+		cm, err := c.CoreV1().ConfigMaps("work").Create(ctx, labelledConfigMap(name, map[string]string{"app": "x"}), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		firsts := 0
+		for _, n := range hook.callsTo("/mutate/first") {
+			if n == name {
+				firsts++
+			}
+		}
+		if cm.Labels["mutated-by"] != "first" || firsts != 2 || !slices.Contains(hook.callsTo("/mutate/second"), name) {
+			return fmt.Errorf("labels %v, first called %d times for it", cm.Labels, firsts)
+		}
+		return nil
+	})
+}
