@@ -107,7 +107,7 @@ func main() {
 	report := Report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
-		Binary:  bin,
+		Binary:  *binary,
 		Command: reproduceCommand(os.Args[1:]),
 	}
 	for _, scenario := range strings.Split(*scenarios, ",") {
