@@ -39,6 +39,8 @@ type SimulationSpec struct {
 	// Nodes is the shape of the plane's simulated nodes, read when they
 	// are made (the plane's first Pod).
 	Nodes *nodes.Spec `json:"nodes,omitempty"`
+	// RunDuration of the plane's run-to-completion pods.
+	RunDuration *metav1.Duration `json:"runDuration,omitempty"`
 }
 
 // NodeSpec returns the node shape set for p, or nil.
@@ -47,14 +49,6 @@ func (p *Plane) NodeSpec() *nodes.Spec {
 		return nil
 	}
 	return p.Spec.Simulation.Nodes
-}
-
-// Faults returns the faults set for p.
-func (p *Plane) Faults() []faults.Fault {
-	if p.Spec.Simulation == nil {
-		return nil
-	}
-	return p.Spec.Simulation.Faults
 }
 
 // PlaneStatus is what the lifecycle reports.

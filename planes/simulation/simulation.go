@@ -61,8 +61,9 @@ type Config struct {
 	Storage  *planestorage.Registry
 	// Off reports the planes the simulation leaves alone (nil: none).
 	Off func(plane string) bool
-	// Faults returns a plane's faults (nil: none anywhere).
-	Faults func(plane string) []faults.Fault
+	// Planes returns what a plane's Plane sets for the kubelet (nil:
+	// nothing anywhere).
+	Planes func(plane string) kubelet.PlaneSettings
 }
 
 // PlaneAnnotation on a Plane (root plane) set to "false" leaves that
@@ -113,14 +114,17 @@ func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
 // before Run.
 func (s *Simulation) SetNodeSpecs(spec func(plane string) *nodes.Spec) { s.provision.SetSpecs(spec) }
 
-// SetFaults sets Config.Faults; call it before Run.
-func (s *Simulation) SetFaults(f func(plane string) []faults.Fault) { s.config.Faults = f }
+// SetPlaneSettings sets Config.Planes; call it before Run.
+func (s *Simulation) SetPlaneSettings(f func(plane string) kubelet.PlaneSettings) {
+	s.config.Planes = f
+	s.provision.SetFaults(func(plane string) []faults.Fault { return f(plane).Faults })
+}
 
-// FaultsChanged makes the simulation look again at plane's pods: the
-// plane's faults were set or lifted.
-func (s *Simulation) FaultsChanged(plane string) {
+// PlaneChanged makes the simulation look again at plane's pods: what the
+// plane's Plane sets (faults) changed.
+func (s *Simulation) PlaneChanged(plane string) {
 	if k := s.kubelet.Load(); k != nil {
-		k.FaultsChanged(plane)
+		k.PlaneChanged(plane)
 	}
 }
 
@@ -135,7 +139,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Faults: s.config.Faults}, s.client, inf)
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Planes: s.config.Planes}, s.client, s.routed, inf)
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,17 @@ func gotestScenario(kplane string, p gotestParams) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("BenchmarkNewPlane without ready planes: %w", err)
 	}
+	// The old path in the same run: the CRDs installed into every plane
+	// instead of inherited from a template plane.
+	noTemplate := append(env, "KPLANE_CRD_TEMPLATE=off")
+	installed, err := runSuite(testBinary, p.Example, append(noTemplate, "KPLANE_PREWARM=-1"), "-test.run=^$", "-test.bench=^BenchmarkNewPlane$", fmt.Sprintf("-test.benchtime=%dx", p.Planes))
+	if err != nil {
+		return Result{}, fmt.Errorf("BenchmarkNewPlane with the CRDs installed per plane: %w", err)
+	}
+	parallelInstalled, err := runSuite(testBinary, p.Example, noTemplate, "-test.run=^TestRayServeOnKplane$", fmt.Sprintf("-test.parallel=%d", p.Parallel))
+	if err != nil {
+		return Result{}, fmt.Errorf("suite on kplane with the CRDs installed per plane: %w", err)
+	}
 	parallel, err := runSuite(testBinary, p.Example, env, "-test.run=^TestRayServeOnKplane$", fmt.Sprintf("-test.parallel=%d", p.Parallel))
 	if err != nil {
 		return Result{}, fmt.Errorf("suite on kplane: %w", err)
@@ -91,7 +102,9 @@ func gotestScenario(kplane string, p gotestParams) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("suite on envtest: %w", err)
 	}
-	return gotestResult(p, planes, created, parallel, serial, envtest), nil
+	r := gotestResult(p, planes, created, parallel, serial, envtest)
+	addInstalledPath(&r, installed, parallelInstalled)
+	return r, nil
 }
 
 // envtestAssets is a KUBEBUILDER_ASSETS directory: kube-apiserver and etcd
@@ -138,12 +151,17 @@ func runSuite(binary, example string, env []string, args ...string) (suiteRun, e
 	run.wall = time.Since(start)
 	stop()
 	run.passed, run.failures = countResults(out.String())
-	if err != nil {
-		return run, fmt.Errorf("%w\n%s", err, tail(out.String(), 60))
+	data, readErr := os.ReadFile(timingsFile)
+	// A suite that ran to its end with failed cases still measured: its
+	// failures are reported in the result's notes.
+	if err != nil && (readErr != nil || len(run.failures) == 0) {
+		return run, fmt.Errorf("%w: failed %v\n%s", err, run.failures, failureLines(out.String()))
 	}
-	data, err := os.ReadFile(timingsFile)
 	if err != nil {
-		return run, fmt.Errorf("no timings written: %w\n%s", err, tail(out.String(), 30))
+		fmt.Printf("failed cases %v:\n%s\n", run.failures, failureLines(out.String()))
+	}
+	if readErr != nil {
+		return run, fmt.Errorf("no timings written: %w\n%s", readErr, tail(out.String(), 30))
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(data), &run.timings); err != nil {
 		return run, fmt.Errorf("timings %s: %w", timingsFile, err)
@@ -263,6 +281,7 @@ func gotestResult(p gotestParams, planes, created, parallel, serial, envtest sui
 	f["goal_plane_with_crds_ms_p50"] = 20
 	f["goal_speedup"] = 10
 	notes := []string{
+		"Every kplane figure without 'installed' is kplanetest's default: the CRDs installed once in a template plane (kplanetest-crds-<digest>) and every plane made from it (spec.template), waiting only until the plane serves them.",
 		"plane_with_crds_ready_*: BenchmarkNewPlane, kplanetest.Plane one after another as fast as they are taken, until the *rest.Config is returned with the RayServe CRD Established and in discovery; the Env keeps 8 planes ready ahead (Prewarm), so some calls take a ready plane and the others wait for one to be created.",
 		"plane_with_crds_created_*: the same with nothing ready ahead (KPLANE_PREWARM=-1): every call creates its plane.",
 		"kplane_parallel_plane_*: the same time inside the suite, 50+ cases taking planes at once on the same cores.",
@@ -284,4 +303,36 @@ func gotestResult(p gotestParams, planes, created, parallel, serial, envtest sui
 		Figures:  f,
 		Notes:    notes,
 	}
+}
+
+// addInstalledPath adds the figures of the old path, measured in the same
+// run: every plane installs the CRDs itself (KPLANE_CRD_TEMPLATE=off).
+func addInstalledPath(r *Result, created, parallel suiteRun) {
+	f := r.Figures
+	f["plane_with_crds_installed_ms_p50"] = secondsPercentile(created.timings.Setup, 0.50)
+	f["plane_with_crds_installed_ms_p90"] = secondsPercentile(created.timings.Setup, 0.90)
+	f["plane_with_crds_installed_ms_p99"] = secondsPercentile(created.timings.Setup, 0.99)
+	f["kplane_installed_parallel_plane_ms_p50"] = secondsPercentile(parallel.timings.Setup, 0.50)
+	f["kplane_installed_parallel_plane_ms_p99"] = secondsPercentile(parallel.timings.Setup, 0.99)
+	f["kplane_installed_parallel_suite_seconds"] = parallel.timings.Suite
+	f["kplane_installed_suite_cases_passed"] = float64(parallel.passed)
+	f["speedup_installed_parallel_kplane_vs_serial_envtest"] = f["envtest_suite_seconds"] / parallel.timings.Suite
+	r.Notes = append(r.Notes,
+		"*installed*: the old path in the same run (KPLANE_CRD_TEMPLATE=off, no plane ready ahead for plane_with_crds_installed_*): every plane creates the CRDs and waits until they are Established and in discovery.")
+	if len(parallel.failures) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("kplane parallel, CRDs installed per plane: failed %v", parallel.failures))
+	}
+}
+
+// failureLines are the lines of the verbose output that tell why a test
+// failed (file:line messages and FAIL lines), at most 40 of them.
+func failureLines(out string) string {
+	var lines []string
+	for line := range strings.Lines(out) {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "--- FAIL") || strings.Contains(trimmed, "_test.go:") || strings.HasPrefix(trimmed, "panic:") {
+			lines = append(lines, trimmed)
+		}
+	}
+	return strings.Join(lines[:min(len(lines), 40)], "\n")
 }

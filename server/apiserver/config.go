@@ -43,6 +43,7 @@ import (
 	"kplane.dev/kplane/planes/quota"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/webhooks"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
 )
@@ -107,6 +108,8 @@ type Config struct {
 	// ReadyzChecks are added to /readyz; a grouped one is also served on
 	// /readyz/<group>, its name being free to change.
 	ReadyzChecks []healthz.HealthChecker
+	// Webhooks configures how planes' admission webhooks are called.
+	Webhooks WebhookConfig
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -134,11 +137,14 @@ type completedConfig struct {
 	// planesAdmission guards Plane objects; New binds it to the plane
 	// manager.
 	planesAdmission *admission.Planes
+	crdGetters      crdGetters
+	metrics         *kplanemetrics.Metrics
 	// policies are the admission policy plugins; New binds their kind
 	// resolver and their built-in types.
-	policies   *policies.Plugins
-	crdGetters crdGetters
-	metrics    *kplanemetrics.Metrics
+	policies *policies.Plugins
+	// webhooks are the admission webhook plugins; the plane manager tells
+	// them about deleted planes.
+	webhooks webhookPlugins
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -151,7 +157,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
 	policyPlugins := policies.NewPlugins(stores)
 	opts := c.upstreamOptions()
-	if err := registerAdmission(opts, stores, planesAdmission, policyPlugins); err != nil {
+	hooks, err := c.newWebhookPlugins(stores)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	if err := registerAdmission(opts, stores, planesAdmission, hooks, policyPlugins); err != nil {
 		return CompletedConfig{}, err
 	}
 	completed, err := opts.Complete(ctx, nil, nil)
@@ -204,6 +214,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		policies:        policyPlugins,
 		metrics:         planeMetrics,
 		crdGetters:      getters,
+		webhooks:        hooks,
 	}}, nil
 }
 
@@ -322,7 +333,8 @@ func (c *Config) upstreamOptions() *cpoptions.Options {
 // cluster state through informers would see the root plane only.
 // Admission is configured before the APIs are installed: NamespaceLifecycle
 // reads namespaces through the storage registry, which exists first.
-func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, policyPlugins *policies.Plugins) error {
+func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, hooks webhookPlugins,
+	policyPlugins *policies.Plugins) error {
 	nsLifecycle := admission.NewNamespaceLifecycle(namespaceGetter{
 		storageGetter{stores: stores, resource: corev1.Resource("namespaces")}})
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
@@ -338,8 +350,11 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 	o.Admission.GenericAdmission.Plugins.Register(admission.ResourceQuotaPluginName, admission.NewResourceQuota(quotaObjects).Factory())
 	o.Admission.GenericAdmission.Plugins.Register(policies.MutatingPluginName, policyPlugins.Mutating.Factory())
 	o.Admission.GenericAdmission.Plugins.Register(policies.ValidatingPluginName, policyPlugins.Validating.Factory())
-	// Upstream's order: LimitRanger defaults early, ResourceQuota is the
-	// last validating plugin.
+	o.Admission.GenericAdmission.Plugins.Register(webhooks.MutatingPluginName, hooks.mutating.Factory())
+	o.Admission.GenericAdmission.Plugins.Register(webhooks.ValidatingPluginName, hooks.validating.Factory())
+	// Upstream's order: LimitRanger defaults early, the policies and
+	// webhooks come after the built-in plugins, ResourceQuota is the last
+	// validating plugin.
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
 		admission.PlanesPluginName,
@@ -351,7 +366,9 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 		ctbattest.PluginName,
 		subjectrestriction.PluginName,
 		policies.MutatingPluginName,
+		webhooks.MutatingPluginName,
 		policies.ValidatingPluginName,
+		webhooks.ValidatingPluginName,
 		admission.ResourceQuotaPluginName,
 	}
 	o.Admission.GenericAdmission.DefaultOffPlugins = nil

@@ -69,7 +69,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
 	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics, c.policies}, sim))
+		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics,
+			c.webhooks.validating, c.webhooks.mutating, c.policies}, sim))
 	if err != nil {
 		return nil, err
 	}

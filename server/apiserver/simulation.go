@@ -15,7 +15,7 @@ import (
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/simulation"
-	"kplane.dev/kplane/planes/simulation/faults"
+	"kplane.dev/kplane/planes/simulation/kubelet"
 	"kplane.dev/kplane/planes/simulation/nodes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
@@ -46,21 +46,25 @@ func planeNodeSpec(obj any) *nodes.Spec {
 	return plane.NodeSpec()
 }
 
-// planeFaults reads the faults of a Plane from the manager's informer; a
-// Plane without any costs no conversion.
-func planeFaults(obj any) []faults.Fault {
+// planeSettings reads what a Plane from the manager's informer sets for
+// the kubelet; a Plane without spec.simulation costs no conversion.
+func planeSettings(obj any) kubelet.PlaneSettings {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil
+		return kubelet.PlaneSettings{}
 	}
-	if raw, found, _ := unstructured.NestedSlice(u.Object, "spec", "simulation", "faults"); !found || len(raw) == 0 {
-		return nil
+	if _, found, _ := unstructured.NestedMap(u.Object, "spec", "simulation"); !found {
+		return kubelet.PlaneSettings{}
 	}
 	plane, err := lifecycle.PlaneFrom(u)
-	if err != nil {
-		return nil
+	if err != nil || plane.Spec.Simulation == nil {
+		return kubelet.PlaneSettings{}
 	}
-	return plane.Faults()
+	settings := kubelet.PlaneSettings{Faults: plane.Spec.Simulation.Faults}
+	if d := plane.Spec.Simulation.RunDuration; d != nil {
+		settings.RunDuration = d.Duration
+	}
+	return settings
 }
 
 // withSimulation adds sim to the lifecycle's forgetters when it runs.
@@ -87,12 +91,12 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 		accessor, err := meta.Accessor(obj)
 		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
 	})
-	sim.SetFaults(func(plane string) []faults.Fault {
+	sim.SetPlaneSettings(func(plane string) kubelet.PlaneSettings {
 		obj, exists, err := planesByName.GetByKey(plane)
 		if err != nil || !exists {
-			return nil
+			return kubelet.PlaneSettings{}
 		}
-		return planeFaults(obj)
+		return planeSettings(obj)
 	})
 	sim.SetNodeSpecs(func(plane string) *nodes.Spec {
 		obj, exists, err := planesByName.GetByKey(plane)
@@ -103,9 +107,9 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 	})
 	if _, err := manager.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
-			if !apiequality.Semantic.DeepEqual(planeFaults(old), planeFaults(cur)) {
+			if !apiequality.Semantic.DeepEqual(planeSettings(old), planeSettings(cur)) {
 				if accessor, err := meta.Accessor(cur); err == nil {
-					sim.FaultsChanged(accessor.GetName())
+					sim.PlaneChanged(accessor.GetName())
 				}
 			}
 		},

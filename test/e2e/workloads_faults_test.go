@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/test/e2e/framework"
 )
@@ -116,4 +119,113 @@ func TestWorkloadsFaults(t *testing.T) {
 		"--timeout="+(2*framework.DefaultTimeout).String()); err != nil {
 		t.Fatalf("kubectl wait job/doomed Failed: %v\n%s", err, out)
 	}
+}
+
+// TestWorkloadsPlaneRunDuration: a plane's runDuration (on its Plane in
+// root) sets how long its Jobs' pods run, and a change applies to pods
+// already running.
+func TestWorkloadsPlaneRunDuration(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "run-duration")
+	createPlane(t, s, plane, "")
+	patch := func(d string) {
+		t.Helper()
+		if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"simulation":{"runDuration":%q}}}`, d)), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("runDuration %s: %v", d, err)
+		}
+	}
+	patch("1h")
+	c := s.Client(t, plane)
+	s.MustKubectl(t, plane, "", "create", "job", "long", "--image=trainer:1")
+	framework.Eventually(t, framework.DefaultTimeout, "job long's pod running", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "job-name=long", 1, "trainer:1")
+		return err
+	})
+	// The server's default (1 s) would have completed it by now.
+	framework.Consistently(t, 3*time.Second, "job long still running", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "job-name=long", 1, "trainer:1")
+		return err
+	})
+	patch("100ms")
+	if out, err := s.Kubectl(t, plane, "", "wait", "--for=condition=Complete", "job/long",
+		"--timeout="+framework.DefaultTimeout.String()); err != nil {
+		t.Fatalf("job long after runDuration 100ms: %v\n%s", err, out)
+	}
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType,
+		[]byte(`{"spec":{"simulation":{"runDuration":"soon"}}}`), metav1.PatchOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("runDuration soon: want 422, got %v", err)
+	}
+}
+
+// nodeReadyTaints reports whether plane's node is Ready and whether it
+// carries the not-ready taints.
+func nodeReadyTaints(ctx context.Context, c kubernetes.Interface, name string) (ready, tainted bool, err error) {
+	node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false, false, err
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady {
+			tainted = true
+		}
+	}
+	return nodeReady(node), tainted, nil
+}
+
+// TestWorkloadsNodeNotReady: a NodeNotReady fault takes a node out (not
+// Ready, tainted, no new Pods, its Pods not ready); lifting it brings the
+// node and its Pods back.
+func TestWorkloadsNodeNotReady(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "node-down")
+	createPlane(t, s, plane, "")
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType, []byte(
+		`{"spec":{"simulation":{"nodes":{"count":2},"faults":[{"type":"NodeNotReady","match":{"node":"kplane-node-0"}}]}}}`,
+	), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, plane)
+	s.MustKubectl(t, plane, "", "create", "deployment", "web", "--image=nginx:1.27", "--replicas=3")
+	rollout(t, s, plane, "web")
+	pods, err := runningPods(t.Context(), c, "default", "app=web", 3, "nginx:1.27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != "kplane-node-1" {
+			t.Errorf("pod %s scheduled to %s, a node that is not ready", p.Name, p.Spec.NodeName)
+		}
+	}
+	if ready, tainted, err := nodeReadyTaints(t.Context(), c, "kplane-node-0"); err != nil || ready || !tainted {
+		t.Fatalf("kplane-node-0: ready %v tainted %v (%v), want not ready and tainted", ready, tainted, err)
+	}
+
+	// Now node-1 goes down too, and node-0 comes back.
+	setFaults(t, s, plane, `[{"type": "NodeNotReady", "match": {"node": "kplane-node-1"}}]`)
+	framework.Eventually(t, framework.DefaultTimeout, "node-0 back, node-1 down, web's pods not ready", func(ctx context.Context) error {
+		if ready, tainted, err := nodeReadyTaints(ctx, c, "kplane-node-0"); err != nil || !ready || tainted {
+			return fmt.Errorf("kplane-node-0: ready %v tainted %v (%v)", ready, tainted, err)
+		}
+		if ready, tainted, err := nodeReadyTaints(ctx, c, "kplane-node-1"); err != nil || ready || !tainted {
+			return fmt.Errorf("kplane-node-1: ready %v tainted %v (%v)", ready, tainted, err)
+		}
+		list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.Spec.NodeName == "kplane-node-1" && podReady(&p) {
+				return fmt.Errorf("pod %s on the down node is ready", p.Name)
+			}
+		}
+		return nil
+	})
+	setFaults(t, s, plane, `[]`)
+	framework.Eventually(t, framework.DefaultTimeout, "every pod ready again", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "app=web", 3, "nginx:1.27")
+		return err
+	})
 }

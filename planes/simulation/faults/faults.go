@@ -24,10 +24,13 @@ const (
 	ImagePullBackOff Type = "ImagePullBackOff"
 	// NotReady: the container runs but never passes readiness.
 	NotReady Type = "NotReady"
+	// NodeNotReady: the nodes matched by Match.Node stop being Ready and
+	// get the not-ready taints; their pods are not ready.
+	NodeNotReady Type = "NodeNotReady"
 )
 
 // Types are the known fault types.
-var Types = []Type{CrashLoopBackOff, OOMKilled, ImagePullBackOff, NotReady}
+var Types = []Type{CrashLoopBackOff, OOMKilled, ImagePullBackOff, NotReady, NodeNotReady}
 
 // Fault is one failure and the containers it strikes.
 type Fault struct {
@@ -48,11 +51,16 @@ type Match struct {
 	Namespace string `json:"namespace,omitempty"`
 	// PodLabels must all be on the pod.
 	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// Node is a glob over node names, for NodeNotReady.
+	Node string `json:"node,omitempty"`
 }
 
 // Matches reports whether the fault strikes container c of a pod in
 // namespace with podLabels.
 func (f Fault) Matches(namespace string, podLabels map[string]string, c corev1.Container) bool {
+	if f.Type == NodeNotReady {
+		return false
+	}
 	m := f.Match
 	if m.Namespace != "" && m.Namespace != namespace || m.Container != "" && m.Container != c.Name {
 		return false
@@ -78,6 +86,17 @@ func (f Fault) ExitStatus() (int32, string) {
 
 // Crashes reports whether the fault makes a container exit.
 func (f Fault) Crashes() bool { return f.Type == CrashLoopBackOff || f.Type == OOMKilled }
+
+// ForNode returns the first NodeNotReady fault of list that strikes the
+// node named node (its name inside the plane), or nil.
+func ForNode(list []Fault, node string) *Fault {
+	for i := range list {
+		if list[i].Type == NodeNotReady && (list[i].Match.Node == "" || glob(list[i].Match.Node, node)) {
+			return &list[i]
+		}
+	}
+	return nil
+}
 
 // For returns the first fault of list that strikes one of pod's
 // containers, and that container's index; nil when none does. namespace

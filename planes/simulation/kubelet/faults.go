@@ -24,18 +24,23 @@ const (
 
 // fault returns the fault striking pod (a folded pod), if any.
 func (k *Kubelet) fault(pod *corev1.Pod) (*faults.Fault, int) {
-	if k.config.Faults == nil {
-		return nil, -1
-	}
 	plane, namespace, ok := planens.Split(pod.Namespace)
 	if !ok {
 		return nil, -1
 	}
-	list := k.config.Faults(plane)
+	list := k.settings(plane).Faults
 	if len(list) == 0 {
 		return nil, -1
 	}
 	return faults.For(list, namespace, pod)
+}
+
+// settings returns what plane's Plane sets.
+func (k *Kubelet) settings(plane string) PlaneSettings {
+	if k.config.Planes == nil || plane == "" {
+		return PlaneSettings{}
+	}
+	return k.config.Planes(plane)
 }
 
 // play writes the state fault f gives pod's container ci, and queues the

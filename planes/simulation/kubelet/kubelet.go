@@ -15,6 +15,7 @@ import (
 	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/simulation/planens"
 	"kplane.dev/kplane/planes/workers"
 )
 
@@ -27,30 +28,54 @@ type Config struct {
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
 	Workers     int
-	// Faults returns the faults set for a plane (nil: none anywhere).
-	Faults func(plane string) []faults.Fault
+	// Planes returns what a plane's Plane sets for its simulation (nil:
+	// nothing anywhere).
+	Planes func(plane string) PlaneSettings
+}
+
+// PlaneSettings is what a plane's Plane (in root) sets for the kubelet.
+type PlaneSettings struct {
+	Faults []faults.Fault
+	// RunDuration of the plane's run-to-completion pods (0: the server's).
+	RunDuration time.Duration
 }
 
 // Kubelet runs the pods of the simulated nodes.
 type Kubelet struct {
 	config Config
 	client kubernetes.Interface
+	// routed writes nodes, by their name inside the plane of each call's
+	// context (the folding client cannot unfold a name in a body).
+	routed kubernetes.Interface
 	pods   cache.SharedIndexInformer
 	nodes  cache.SharedIndexInformer
 	queue  workqueue.TypedRateLimitingInterface[string]
-	ips    *addresses
+	// nodeQueue holds the simulated nodes whose readiness to check.
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	ips       *addresses
 }
 
 // New returns a kubelet over the shared informers; client is the
-// plane-folding client (planeclient).
-func New(config Config, client kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
+// plane-folding client (planeclient), routed the client addressing the
+// plane of each call's context.
+func New(config Config, client, routed kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
 	if config.Workers <= 0 {
 		config.Workers = 16
 	}
 	k := &Kubelet{
-		config: config, client: client, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
+		config: config, client: client, routed: routed, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet"}),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet_nodes"}),
+	}
+	if err := informers.AddPlaneIndex(k.nodes); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
+	}
+	// A node is looked at when it is made: a plane's faults may be set
+	// before its first pod.
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: k.nodeChanged}); err != nil {
+		return nil, err
 	}
 	if err := informers.AddPlaneIndex(k.pods); err != nil {
 		return nil, fmt.Errorf("kubelet index: %w", err)
@@ -71,6 +96,7 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 
 // Run works until ctx is done.
 func (k *Kubelet) Run(ctx context.Context) {
+	go workers.Run(ctx, k.nodeQueue, 2, "node", k.syncNode)
 	workers.Run(ctx, k.queue, k.config.Workers, "pod", k.sync)
 }
 
@@ -93,14 +119,18 @@ func (k *Kubelet) struck(pod *corev1.Pod) bool {
 	return f != nil
 }
 
-// FaultsChanged makes the kubelet look again at every pod of plane: its
-// faults were set or lifted.
-func (k *Kubelet) FaultsChanged(plane string) {
+// PlaneChanged makes the kubelet look again at every pod of plane: its
+// settings (faults) were changed.
+func (k *Kubelet) PlaneChanged(plane string) {
 	objs, _ := k.pods.GetIndexer().ByIndex(informers.PlaneIndex, plane)
 	for _, obj := range objs {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			k.queue.Add(key)
 		}
+	}
+	planeNodes, _ := k.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane)
+	for _, obj := range planeNodes {
+		k.nodeChanged(obj)
 	}
 }
 
@@ -142,6 +172,9 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
 	}
+	if !nodeReady(node) {
+		return k.nodeDown(ctx, pod, node)
+	}
 	if f, ci := k.fault(pod); f != nil {
 		return k.play(ctx, key, pod, node, f, ci)
 	}
@@ -177,6 +210,9 @@ func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 			return d
 		}
+	}
+	if d := k.settings(planens.Plane(pod.Namespace)).RunDuration; d > 0 {
+		return d
 	}
 	return k.config.RunDuration
 }

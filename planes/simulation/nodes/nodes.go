@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/simulation/faults"
 )
 
 const (
@@ -97,6 +98,9 @@ type Provisioner struct {
 	shape  Shape
 	// spec returns a plane's own node shape (nil: the server's).
 	spec func(plane string) *Spec
+	// faults returns a plane's faults: a node made while a NodeNotReady
+	// fault strikes it is made not Ready.
+	faults func(plane string) []faults.Fault
 
 	mu sync.Mutex
 	// creating holds the planes whose nodes are being created.
@@ -111,6 +115,10 @@ func NewProvisioner(client kubernetes.Interface, shape Shape) (*Provisioner, err
 	}
 	return &Provisioner{client: client, shape: shape, creating: map[string]bool{}}, nil
 }
+
+// SetFaults sets where the provisioner finds a plane's faults; call it
+// before the first Ensure.
+func (p *Provisioner) SetFaults(f func(plane string) []faults.Fault) { p.faults = f }
 
 // SetSpecs sets where the provisioner finds a plane's own node shape; call
 // it before the first Ensure.
@@ -139,7 +147,11 @@ func (p *Provisioner) Ensure(ctx context.Context, plane string) error {
 	g, ctx := errgroup.WithContext(planes.WithPlane(ctx, plane))
 	for i := 0; i < shape.Count; i++ {
 		g.Go(func() error {
-			_, err := p.client.CoreV1().Nodes().Create(ctx, shape.node(i), metav1.CreateOptions{})
+			node := shape.node(i)
+			if p.faults != nil {
+				SetReady(node, faults.ForNode(p.faults(plane), node.Name))
+			}
+			_, err := p.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating simulated node %d of plane %s: %w", i, plane, err)
 			}
@@ -203,3 +215,53 @@ func PodCIDR(i int) netip.Prefix {
 
 // HostIP is the address of the i-th simulated node of a plane.
 func HostIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{172, 20, 0, byte(i + 2)}) }
+
+// The taints upstream's node lifecycle controller puts on a node that is
+// not Ready.
+var notReadyTaints = []corev1.Taint{
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute},
+}
+
+// SetReady sets node's Ready condition and not-ready taints as fault
+// (nil: none) has them.
+func SetReady(node *corev1.Node, fault *faults.Fault) {
+	taints := make([]corev1.Taint, 0, len(node.Spec.Taints)+len(notReadyTaints))
+	for _, t := range node.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			taints = append(taints, t)
+		}
+	}
+	status, reason, message := corev1.ConditionTrue, "KubeletReady", "simulated node is ready"
+	if fault != nil {
+		status, reason, message = corev1.ConditionFalse, "KubeletNotReady", "simulated fault: the node is not ready"
+		if fault.Message != "" {
+			message = fault.Message
+		}
+		now := metav1.Now()
+		for _, t := range notReadyTaints {
+			t.TimeAdded = &now
+			taints = append(taints, t)
+		}
+		// A taint's time is kept while it stays.
+		for i := range taints {
+			for _, old := range node.Spec.Taints {
+				if old.Key == taints[i].Key && old.Effect == taints[i].Effect {
+					taints[i].TimeAdded = old.TimeAdded
+				}
+			}
+		}
+	}
+	if len(taints) == 0 {
+		taints = nil
+	}
+	node.Spec.Taints = taints
+	for i := range node.Status.Conditions {
+		c := &node.Status.Conditions[i]
+		if c.Type != corev1.NodeReady || c.Status == status {
+			continue
+		}
+		c.Status, c.Reason, c.Message = status, reason, message
+		c.LastTransitionTime = metav1.Now()
+	}
+}

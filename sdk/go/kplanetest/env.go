@@ -61,6 +61,11 @@ type Options struct {
 	// Each is handed to one test only; planes with options of their own
 	// (a template, more CRDs, labels) are always created on demand.
 	Prewarm int
+	// NoCRDTemplate installs the CRDs into every plane, as before
+	// templates (KPLANE_CRD_TEMPLATE=off). By default the CRDs are
+	// installed once, in a template plane per distinct set of CRDs
+	// (kplanetest-crds-<digest>), and every plane is made from it.
+	NoCRDTemplate bool
 	// WaitForDeletion makes each test's cleanup wait until its plane is
 	// gone. Without it the cleanup sends the deletion and the server
 	// finishes it while the next tests run; Stop waits for all of them.
@@ -103,6 +108,9 @@ type Env struct {
 	seq    atomic.Int64
 	pool   *pool
 
+	crdTemplating bool
+	templates     crdTemplates
+
 	waitForDeletion bool
 }
 
@@ -118,7 +126,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &Env{crds: append(crds, opts.CRDs...), runID: runID, waitForDeletion: opts.WaitForDeletion}
+	env := &Env{crds: append(crds, opts.CRDs...), runID: runID, waitForDeletion: opts.WaitForDeletion,
+		crdTemplating: !opts.NoCRDTemplate && os.Getenv("KPLANE_CRD_TEMPLATE") != "off",
+		templates:     crdTemplates{builds: map[string]*templateBuild{}}}
 	if err := env.connect(ctx, opts); err != nil {
 		return nil, err
 	}
@@ -315,26 +325,43 @@ func (e *Env) LeftoverPlanes(ctx context.Context) ([]string, error) {
 // Stop ends the Env. When it started the server it stops it and removes
 // its data directory, planes and all. Attached, it deletes the planes of
 // its run that are left (ready ones nobody took, any a caller did not
-// delete) and waits until every one is gone.
+// delete), then the CRD templates it created (a template cannot go before
+// its members), and waits until every one is gone.
 func (e *Env) Stop() error {
 	var errs []error
 	e.pool.stop()
 	if e.planes != nil && e.proc == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
-		left, err := e.LeftoverPlanes(ctx)
+		list, err := e.planes.List(ctx, listByRun(e.runID))
 		errs = append(errs, err)
-		deleted := make([]error, len(left))
-		var wg sync.WaitGroup
-		for i, name := range left {
-			wg.Go(func() { deleted[i] = e.deletePlane(ctx, name, true) })
+		var members, templates []string
+		if list != nil {
+			for i := range list.Items {
+				if isCRDTemplate(&list.Items[i]) {
+					templates = append(templates, list.Items[i].GetName())
+				} else {
+					members = append(members, list.Items[i].GetName())
+				}
+			}
 		}
-		wg.Wait()
-		errs = append(errs, deleted...)
+		errs = append(errs, e.deletePlanes(ctx, members)...)
+		errs = append(errs, e.deletePlanes(ctx, templates)...)
 	}
 	if e.proc != nil {
 		e.proc.stop()
 		errs = append(errs, os.RemoveAll(e.proc.dataDir))
 	}
 	return errors.Join(errs...)
+}
+
+// deletePlanes deletes planes at once and waits until all are gone.
+func (e *Env) deletePlanes(ctx context.Context, ids []string) []error {
+	deleted := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { deleted[i] = e.deletePlane(ctx, id, true) })
+	}
+	wg.Wait()
+	return deleted
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,11 +142,20 @@ func assertNoPlanesLeft(t *testing.T, env *Env, runID string) {
 func TestStopLeavesNothing(t *testing.T) {
 	env := Default()
 	ctx := context.Background()
-	other, err := Start(ctx, Options{URL: env.URL(), Token: env.AdminConfig().BearerToken, Prewarm: 3})
+	// CRDs of a set no other Env uses: the CRD template is this Env's.
+	other, err := Start(ctx, Options{URL: env.URL(), Token: env.AdminConfig().BearerToken, Prewarm: 3,
+		CRDDirectoryPaths: []string{"testdata/extra"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the pool fills", func(context.Context) (bool, error) { return len(other.pool.ready) == 3, nil })
+	template, err := crdTemplateID(other.crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := env.planes.Get(ctx, template, metav1.GetOptions{}); err != nil || p.GetLabels()[RunLabel] != other.RunID() {
+		t.Fatalf("the attached Env's CRD template %s: %v, want it labelled with its run", template, err)
+	}
 	if _, err := other.CreatePlane(ctx, WithLabels(map[string]string{"kept": "yes"})); err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +167,73 @@ func TestStopLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoPlanesLeft(t, env, other.RunID())
+	if _, err := env.planes.Get(ctx, template, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the CRD template after Stop: %v, want NotFound", err)
+	}
+}
+
+// TestCRDTemplates: planes with the Env's CRDs are made from one template
+// plane per set of CRDs, however many ask at once; a plane with CRDs of
+// its own gets the template of the larger set; NoCRDTemplate installs the
+// CRDs into the plane itself.
+func TestCRDTemplates(t *testing.T) {
+	env := Default()
+	ctx := context.Background()
+	templateOf := func(cfg *rest.Config) string {
+		t.Helper()
+		id := strings.TrimSuffix(strings.TrimPrefix(cfg.Host, env.URL()+"/clusters/"), "/control-plane")
+		p, err := env.planes.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		template, _, _ := unstructured.NestedString(p.Object, "spec", "template")
+		return template
+	}
+	want, err := crdTemplateID(env.crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				if got := templateOf(Plane(t)); got != want {
+					t.Errorf("plane made from %q, want the Env's CRD template %s", got, want)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	templates, err := env.planes.List(ctx, metav1.ListOptions{LabelSelector: CRDTemplateLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range templates.Items {
+		names = append(names, p.GetName())
+	}
+	if !slices.Contains(names, want) {
+		t.Errorf("CRD templates %v, want %s among them", names, want)
+	}
+	withGadgets := templateOf(Plane(t, WithCRDDirectoryPaths("testdata/extra")))
+	if withGadgets == want || !strings.HasPrefix(withGadgets, crdTemplatePrefix) {
+		t.Errorf("a plane with more CRDs made from %q, want another CRD template than %s", withGadgets, want)
+	}
+
+	installed, err := Start(ctx, Options{URL: env.URL(), Token: env.AdminConfig().BearerToken, NoCRDTemplate: true,
+		CRDDirectoryPaths: []string{"testdata/crds"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer installed.Stop()
+	cfg := installed.NewPlane(t)
+	if got := templateOf(cfg); got != "" {
+		t.Errorf("NoCRDTemplate: plane made from %q, want none", got)
+	}
+	_, d := clientsFor(t, cfg)
+	if crd, err := d.Resource(crdGVR).Get(ctx, "widgets.kplanetest.example.com", metav1.GetOptions{}); err != nil || !established(crd) {
+		t.Errorf("NoCRDTemplate: the CRD installed in the plane: %v", err)
+	}
 }
 
 // TestCRDsPerPlane: a plane's own CRDs (a per-plane option) are in that
@@ -311,6 +388,9 @@ func TestTemplateOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer member.Delete(ctx)
+	if p, err := env.planes.Get(ctx, member.ID, metav1.GetOptions{}); err != nil || p.Object["spec"].(map[string]any)["template"] != base.ID {
+		t.Errorf("an explicit template is the member's: %v %v", p, err)
+	}
 	mc, _ := clientsFor(t, member.Config)
 	if got, err := mc.CoreV1().ConfigMaps("default").Get(ctx, "scenario", metav1.GetOptions{}); err != nil || got.Data["k"] != "v" {
 		t.Errorf("the template's configmap in the member: %v %v", got, err)

@@ -127,6 +127,17 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 }
 
 func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, error) {
+	crds := append(append([]*unstructured.Unstructured{}, e.crds...), s.crds...)
+	// Inherited CRDs need only to be served; a template of the caller's
+	// own wins, and the CRDs are installed over it.
+	inherited := false
+	if len(crds) > 0 && s.template == "" && e.crdTemplating {
+		template, err := e.crdTemplate(ctx, crds)
+		if err != nil {
+			return nil, err
+		}
+		s.template, inherited = template, true
+	}
 	p := &PlaneHandle{ID: e.planeID(s.test), env: e}
 	// Strict: a server that does not know a field (spec.template before
 	// templates) refuses it by name instead of dropping it silently.
@@ -134,9 +145,8 @@ func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, e
 	if _, err := e.planes.Create(ctx, e.planeObject(p.ID, s), strict); err != nil {
 		return nil, fmt.Errorf("kplanetest: creating plane %s: %w", p.ID, err)
 	}
-	p.Config = rest.CopyConfig(e.admin)
-	p.Config.Host = e.server + "/clusters/" + p.ID + "/control-plane"
-	if err := p.prepare(ctx, append(append([]*unstructured.Unstructured{}, e.crds...), s.crds...)); err != nil {
+	p.Config = e.planeConfig(p.ID)
+	if err := p.prepare(ctx, crds, inherited); err != nil {
 		delCtx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("kplanetest: plane %s: %w", p.ID, err), e.deletePlane(delCtx, p.ID, true))
@@ -144,10 +154,11 @@ func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, e
 	return p, nil
 }
 
-// prepare installs crds, or, without any, makes one request that waits
-// for the plane's bootstrap: either way the plane is ready when it
+// prepare installs crds (or, inherited from the plane's template, waits
+// until the plane serves them), or, without any, makes one request that
+// waits for the plane's bootstrap: either way the plane is ready when it
 // returns.
-func (p *PlaneHandle) prepare(ctx context.Context, crds []*unstructured.Unstructured) error {
+func (p *PlaneHandle) prepare(ctx context.Context, crds []*unstructured.Unstructured, inherited bool) error {
 	if len(crds) > 0 {
 		client, err := dynamic.NewForConfig(p.Config)
 		if err != nil {
@@ -156,6 +167,9 @@ func (p *PlaneHandle) prepare(ctx context.Context, crds []*unstructured.Unstruct
 		disco, err := discovery.NewDiscoveryClientForConfig(p.Config)
 		if err != nil {
 			return err
+		}
+		if inherited {
+			return waitServed(ctx, disco, crds)
 		}
 		return installCRDs(ctx, client, disco, crds)
 	}
@@ -207,12 +221,15 @@ func (p *PlaneHandle) Delete(ctx context.Context) error {
 	return p.env.deletePlane(ctx, p.ID, true)
 }
 
+// conflictBackoff paces the retries of a deletion answered 409: a template
+// plane refuses it while planes made from it exist, and for a moment after
+// the last one is gone.
+var conflictBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Steps: 40, Cap: 2 * time.Second}
+
 // deletePlane deletes plane id and, with wait, waits until it is gone.
 func (e *Env) deletePlane(ctx context.Context, id string, waitGone bool) error {
-	// A template plane refuses deletion (409) while planes made from it
-	// exist, and for a moment after the last one is gone: retry that.
 	var err error
-	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, PlaneTimeout, true, func(ctx context.Context) (bool, error) {
+	_ = wait.ExponentialBackoffWithContext(ctx, conflictBackoff, func(ctx context.Context) (bool, error) {
 		err = e.planes.Delete(ctx, id, metav1.DeleteOptions{})
 		return !apierrors.IsConflict(err), nil
 	})
