@@ -60,10 +60,6 @@ func createValidatingPolicy(t *testing.T, c kubernetes.Interface, policy *admiss
 	}
 }
 
-func labelledConfigMap(name string, labels map[string]string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-}
-
 // waitRefused waits until creating cm in ns is refused and returns the
 // error: a policy acts once the watch cache holds it.
 func waitRefused(t *testing.T, c kubernetes.Interface, ns string, cm func(i int) *corev1.ConfigMap) error {
