@@ -157,8 +157,9 @@ type startTarget interface {
 	pid() (int, error)
 	kill() error
 	restart() error
-	// stop sends SIGTERM and returns the exit code.
-	stop() (int, error)
+	// stop sends SIGTERM and returns the exit code and how long the
+	// process took to exit after the signal.
+	stop() (int, time.Duration, error)
 	cleanup()
 }
 
@@ -200,11 +201,11 @@ func measureTarget(t startTarget, planes int, figures map[string]float64) error 
 		return err
 	}
 
-	began = time.Now()
-	if code, err := t.stop(); err != nil || code != 0 {
+	code, took, err := t.stop()
+	if err != nil || code != 0 {
 		return fmt.Errorf("stop: exit code %d, %v", code, err)
 	}
-	figures[t.name()+"_stop_s"] = time.Since(began).Seconds()
+	figures[t.name()+"_stop_s"] = took.Seconds()
 
 	if err := t.restart(); err != nil {
 		return err
@@ -221,11 +222,11 @@ func measureTarget(t startTarget, planes int, figures map[string]float64) error 
 	if err := poll(2*time.Minute, t.healthy); err != nil {
 		return fmt.Errorf("not healthy after kill and restart: %w", err)
 	}
-	began = time.Now()
-	if code, err := t.stop(); err != nil || code != 0 {
+	code, took, err = t.stop()
+	if err != nil || code != 0 {
 		return fmt.Errorf("stop after kill -9 and restart: exit code %d, %v", code, err)
 	}
-	figures[t.name()+"_stop_after_kill_s"] = time.Since(began).Seconds()
+	figures[t.name()+"_stop_after_kill_s"] = took.Seconds()
 	return nil
 }
 
@@ -373,16 +374,17 @@ func (b *bareTarget) kill() error {
 	return nil
 }
 
-func (b *bareTarget) stop() (int, error) {
+func (b *bareTarget) stop() (int, time.Duration, error) {
+	began := time.Now()
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-b.done:
 	case <-time.After(30 * time.Second):
 		_ = b.cmd.Process.Kill()
 		<-b.done
-		return -1, fmt.Errorf("no exit 30 s after SIGTERM")
+		return -1, 0, fmt.Errorf("no exit 30 s after SIGTERM")
 	}
-	return b.cmd.ProcessState.ExitCode(), nil
+	return b.cmd.ProcessState.ExitCode(), time.Since(began), nil
 }
 
 func (b *bareTarget) cleanup() {
@@ -457,21 +459,27 @@ func (c *containerTarget) restart() error {
 // runtime's stop does, and returns once that process has exited: the
 // server's drain, measured as the bare binary's is. runtimeStop measures
 // the runtime's command instead.
-func (c *containerTarget) stop() (int, error) {
+func (c *containerTarget) stop() (int, time.Duration, error) {
 	pid, err := c.pid()
 	if err != nil {
-		return -1, err
+		return -1, 0, err
 	}
+	began := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		return -1, err
+		return -1, 0, err
 	}
-	if err := poll(30*time.Second, func() error { return processExited(pid) }); err != nil {
-		return -1, fmt.Errorf("no exit 30 s after SIGTERM: %w", err)
+	for processExited(pid) != nil {
+		if time.Since(began) > 30*time.Second {
+			return -1, 0, fmt.Errorf("no exit 30 s after SIGTERM")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	took := time.Since(began)
 	if _, err := c.rt("wait", c.container); err != nil {
-		return -1, err
+		return -1, 0, err
 	}
-	return c.exitCode()
+	code, err := c.exitCode()
+	return code, took, err
 }
 
 // runtimeStop is `<runtime> stop` of the container, as a CI job ends its

@@ -23,6 +23,9 @@ import (
 // done; a busy one still drains and is closed by its client after its last
 // stream. No new connection can be opened once the listener is closed.
 func hangUpLoopbackOnClose(listener net.Listener, loopback *rest.Config) net.Listener {
+	if listener == nil || loopback == nil {
+		return listener
+	}
 	return &loopbackHangUpListener{Listener: listener, loopback: loopback}
 }
 
