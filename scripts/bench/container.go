@@ -19,6 +19,8 @@ import (
 
 type containerParams struct {
 	Planes int
+	// OldBinary, when set, is measured bare as well (old_bare_*).
+	OldBinary string
 }
 
 // containerScenario measures the container image next to the bare binary,
@@ -67,7 +69,11 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 	figures["image_size_mib"] = imageSize / mib
 	figures["image_minus_binary_kib"] = (imageSize - float64(binInfo.Size())) / 1024
 
-	for _, target := range []startTarget{&bareTarget{binary: binary}, &containerTarget{runtime: rt, image: image}} {
+	targets := []startTarget{&bareTarget{binary: binary}, &containerTarget{runtime: rt, image: image}}
+	if p.OldBinary != "" {
+		targets = append([]startTarget{&bareTarget{binary: p.OldBinary, checker: binary, label: "old_bare"}}, targets...)
+	}
+	for _, target := range targets {
 		if err := measureTarget(target, p.Planes, figures); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", target.name(), err)
 		}
@@ -76,13 +82,13 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 		return Result{}, fmt.Errorf("%s stop: %w", filepath.Base(rt), err)
 	}
 	figures["load_1m_end"] = loadAverage()
-	printContainerTable(figures, p.Planes)
+	printContainerTable(figures, p.Planes, p.OldBinary != "")
 	return Result{
 		Scenario: "container",
-		Params:   map[string]any{"planes": p.Planes, "runtime": filepath.Base(rt)},
+		Params:   map[string]any{"planes": p.Planes, "runtime": filepath.Base(rt), "old_binary": p.OldBinary != ""},
 		Figures:  figures,
 		Notes: []string{
-			"bare_* is the binary started directly, container_* the image with --network host and a named volume on /data",
+			"bare_* is the binary started directly, container_* the image with --network host and a named volume on /data, old_bare_* the --old-binary started directly",
 			"start_to_healthy: until `kplane healthcheck` (the image's HEALTHCHECK) first passes, polled every 50 ms",
 			"stop: SIGTERM (sent to the server's process, in the container too) to the process's exit, idle server",
 			"stop_after_kill: the same for an idle server restarted after kill -9 on the same data",
@@ -92,8 +98,8 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 	}, nil
 }
 
-// printContainerTable prints the figures of both targets side by side.
-func printContainerTable(f map[string]float64, planes int) {
+// printContainerTable prints the figures of the targets side by side.
+func printContainerTable(f map[string]float64, planes int, old bool) {
 	rows := []struct{ label, key, unit string }{
 		{"start -> healthy", "start_to_healthy_s", "s"},
 		{"start -> first plane ready", "start_to_first_plane_s", "s"},
@@ -103,13 +109,25 @@ func printContainerTable(f map[string]float64, planes int) {
 		{"SIGTERM -> exit after kill -9 + restart", "stop_after_kill_s", "s"},
 		{"stop command (runtime's stop), idle", "runtime_stop_s", "s"},
 	}
-	fmt.Printf("   %-42s %12s %12s\n", "", "bare", "container")
+	columns := []string{"bare", "container"}
+	if old {
+		columns = append([]string{"old_bare"}, columns...)
+	}
+	fmt.Printf("   %-42s", "")
+	for _, c := range columns {
+		fmt.Printf(" %14s", c)
+	}
+	fmt.Println()
 	for _, r := range rows {
-		bare := "-"
-		if v, ok := f["bare_"+r.key]; ok {
-			bare = fmt.Sprintf("%.2f %s", v, r.unit)
+		fmt.Printf("   %-42s", r.label)
+		for _, c := range columns {
+			cell := "-"
+			if v, ok := f[c+"_"+r.key]; ok {
+				cell = fmt.Sprintf("%.2f %s", v, r.unit)
+			}
+			fmt.Printf(" %14s", cell)
 		}
-		fmt.Printf("   %-42s %14s %8.2f %s\n", r.label, bare, f["container_"+r.key], r.unit)
+		fmt.Println()
 	}
 	fmt.Printf("   %-42s %.2f at the start, %.2f at the end\n", "load average (1 min)", f["load_1m_begin"], f["load_1m_end"])
 	fmt.Printf("   %-42s %10.2f MiB %8.2f MiB (image - binary: %.1f KiB)\n", "binary | image size",
@@ -324,14 +342,23 @@ func (a *apiProbe) planeReady(plane string) error {
 // bareTarget is the binary run directly with a data dir of its own.
 type bareTarget struct {
 	binary string
-	dir    string
-	port   int
-	token  string
-	cmd    *exec.Cmd
-	done   chan struct{}
+	label  string // "bare" unless set
+	// checker runs the health check (binary unless set): the old binary's
+	// may lack the image's flags.
+	checker string
+	dir     string
+	port    int
+	token   string
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
-func (b *bareTarget) name() string { return "bare" }
+func (b *bareTarget) name() string {
+	if b.label != "" {
+		return b.label
+	}
+	return "bare"
+}
 
 func (b *bareTarget) start(port int, token string) error {
 	dir, err := os.MkdirTemp("", "kplane-bench-bare-")
@@ -363,7 +390,11 @@ func (b *bareTarget) restart() error {
 
 // healthy runs the image's HEALTHCHECK command against the bare server.
 func (b *bareTarget) healthy() error {
-	return exec.Command(b.binary, "healthcheck", "--wait", "4s", "--data-dir", b.dir, "--https-port", strconv.Itoa(b.port)).Run()
+	checker := b.checker
+	if checker == "" {
+		checker = b.binary
+	}
+	return exec.Command(checker, "healthcheck", "--wait", "4s", "--data-dir", b.dir, "--https-port", strconv.Itoa(b.port)).Run()
 }
 
 func (b *bareTarget) pid() (int, error) { return b.cmd.Process.Pid, nil }
