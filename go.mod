@@ -25,6 +25,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2
 )
 
+require k8s.io/cri-streaming v0.37.1 // indirect
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect

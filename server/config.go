@@ -227,6 +227,13 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		SnapshotStreams: snapshot.StreamLimits{
 			PerUser: c.Options.SnapshotMaxStreamsPerUser, Total: c.Options.SnapshotMaxStreams, MaxTimeout: c.Options.SnapshotMaxStreamTimeout,
 		},
+		Webhooks: apiserver.WebhookConfig{
+			EgressAllow:         c.Options.WebhookEgressAllowCIDRs,
+			EgressDeny:          c.Options.WebhookEgressDenyCIDRs,
+			MaxInFlightPerPlane: c.Options.WebhookMaxInFlightPerPlane,
+			// The SQL database behind kine is the datastore too.
+			Datastore: append([]string{c.Options.DatastoreEndpoint}, store.Endpoints...),
+		},
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {

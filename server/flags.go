@@ -72,6 +72,12 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "the most snapshot delta streams the server holds open at once; past it 429 (0: no limit)"},
 		&cli.DurationFlag{Name: "snapshot-max-stream-timeout", Value: o.SnapshotMaxStreamTimeout, Destination: &o.SnapshotMaxStreamTimeout, EnvVars: []string{"KPLANE_SNAPSHOT_MAX_STREAM_TIMEOUT"},
 			Usage: "longest a snapshot delta stream runs; a stream's timeoutSeconds can only shorten it"},
+		&cli.StringSliceFlag{Name: "webhook-egress-allow-cidrs", EnvVars: []string{"KPLANE_WEBHOOK_EGRESS_ALLOW_CIDRS"}, Action: o.setWebhookEgressAllow,
+			Usage: "CIDRs (comma-separated or repeated) that planes' admission webhooks may be called at; empty: every address but the denied ones"},
+		&cli.StringSliceFlag{Name: "webhook-egress-deny-cidrs", EnvVars: []string{"KPLANE_WEBHOOK_EGRESS_DENY_CIDRS"}, Action: o.setWebhookEgressDeny,
+			Usage: "CIDRs planes' admission webhooks may not be called at, on top of link-local, cloud metadata and the datastore (always refused)"},
+		&cli.IntFlag{Name: "webhook-max-in-flight-per-plane", Value: o.WebhookMaxInFlightPerPlane, Destination: &o.WebhookMaxInFlightPerPlane, EnvVars: []string{"KPLANE_WEBHOOK_MAX_IN_FLIGHT_PER_PLANE"},
+			Usage: "the most admission webhook calls of one plane in flight at once; past it a call fails at once (0: no bound)"},
 	}
 }
 
@@ -79,5 +85,17 @@ func (o *Options) Flags() []cli.Flag {
 // destination of a plain type).
 func (o *Options) setTLSSANs(_ *cli.Context, sans []string) error {
 	o.TLSSANs = sans
+	return nil
+}
+
+// setWebhookEgressAllow takes the repeatable --webhook-egress-allow-cidrs.
+func (o *Options) setWebhookEgressAllow(_ *cli.Context, cidrs []string) error {
+	o.WebhookEgressAllowCIDRs = cidrs
+	return nil
+}
+
+// setWebhookEgressDeny takes the repeatable --webhook-egress-deny-cidrs.
+func (o *Options) setWebhookEgressDeny(_ *cli.Context, cidrs []string) error {
+	o.WebhookEgressDenyCIDRs = cidrs
 	return nil
 }

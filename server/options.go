@@ -12,6 +12,7 @@ import (
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/webhooks"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/logging"
 	"kplane.dev/kplane/snapshot"
@@ -93,6 +94,16 @@ type Options struct {
 	SnapshotMaxStreamsPerUser int
 	SnapshotMaxStreams        int
 	SnapshotMaxStreamTimeout  time.Duration
+
+	// WebhookEgressAllowCIDRs, when set, are the only addresses the
+	// webhooks of planes may be called at; WebhookEgressDenyCIDRs are
+	// refused on top of the addresses always refused (link-local, cloud
+	// metadata, the datastore).
+	WebhookEgressAllowCIDRs []string
+	WebhookEgressDenyCIDRs  []string
+	// WebhookMaxInFlightPerPlane bounds the webhook calls of one plane in
+	// flight at once (0: no bound).
+	WebhookMaxInFlightPerPlane int
 }
 
 // NewOptions returns the defaults.
@@ -121,6 +132,7 @@ func NewOptions() *Options {
 		SnapshotMaxStreamsPerUser:   snapshot.DefaultMaxStreamsPerUser,
 		SnapshotMaxStreams:          snapshot.DefaultMaxStreams,
 		SnapshotMaxStreamTimeout:    snapshot.DefaultMaxStreamTimeout,
+		WebhookMaxInFlightPerPlane:  64,
 	}
 }
 
@@ -185,6 +197,15 @@ func (o *Options) Validate() error {
 	}
 	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if _, err := webhooks.ParsePrefixes(o.WebhookEgressAllowCIDRs); err != nil {
+		errs = append(errs, "--webhook-egress-allow-cidrs: "+err.Error())
+	}
+	if _, err := webhooks.ParsePrefixes(o.WebhookEgressDenyCIDRs); err != nil {
+		errs = append(errs, "--webhook-egress-deny-cidrs: "+err.Error())
+	}
+	if o.WebhookMaxInFlightPerPlane < 0 {
+		errs = append(errs, "--webhook-max-in-flight-per-plane must not be negative (0: no bound)")
 	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
 		errs = append(errs, err.Error())

@@ -4,6 +4,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"kplane.dev/kplane/planes/simulation/faults"
+	"kplane.dev/kplane/planes/simulation/nodes"
 )
 
 // Plane is the kplane.dev/v1 Plane object of the root plane: one per
@@ -15,7 +18,8 @@ type Plane struct {
 	Status            PlaneStatus `json:"status,omitempty"`
 }
 
-// PlaneSpec holds a Plane's settings, all fixed at creation.
+// PlaneSpec holds a Plane's settings: all but Simulation are fixed at
+// creation.
 type PlaneSpec struct {
 	// Template is the plane this plane starts as. The plane stores only
 	// what it changes; the template is read-only while planes use it.
@@ -23,6 +27,28 @@ type PlaneSpec struct {
 	// From is the plane this plane is a clone of: it starts as that
 	// plane's state at its creation, over the same template.
 	From string `json:"from,omitempty"`
+	// Simulation shapes the plane's simulated cluster; nothing in the
+	// plane can read or change it.
+	Simulation *SimulationSpec `json:"simulation,omitempty"`
+}
+
+// SimulationSpec is the part of a plane's simulated cluster set from root.
+type SimulationSpec struct {
+	// Faults the simulated kubelet plays for the containers they match.
+	Faults []faults.Fault `json:"faults,omitempty"`
+	// Nodes is the shape of the plane's simulated nodes, read when they
+	// are made (the plane's first Pod).
+	Nodes *nodes.Spec `json:"nodes,omitempty"`
+	// RunDuration of the plane's run-to-completion pods.
+	RunDuration *metav1.Duration `json:"runDuration,omitempty"`
+}
+
+// NodeSpec returns the node shape set for p, or nil.
+func (p *Plane) NodeSpec() *nodes.Spec {
+	if p.Spec.Simulation == nil {
+		return nil
+	}
+	return p.Spec.Simulation.Nodes
 }
 
 // PlaneStatus is what the lifecycle reports.

@@ -3,25 +3,35 @@ package simulation
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/scale"
 	"k8s.io/kubernetes/pkg/controller/cronjob"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/disruption"
+	"k8s.io/kubernetes/pkg/controller/endpoint"
 	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/job"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
+	"k8s.io/kubernetes/pkg/controller/replication"
+	"k8s.io/kubernetes/pkg/controller/statefulset"
 	"k8s.io/kubernetes/pkg/controller/ttlafterfinished"
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/kubelet"
 	"kplane.dev/kplane/planes/simulation/nodes"
 	"kplane.dev/kplane/planes/simulation/planeclient"
 	"kplane.dev/kplane/planes/simulation/scheduler"
+	"kplane.dev/kplane/planes/simulation/volumes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -51,6 +61,9 @@ type Config struct {
 	Storage  *planestorage.Registry
 	// Off reports the planes the simulation leaves alone (nil: none).
 	Off func(plane string) bool
+	// Planes returns what a plane's Plane sets for the kubelet (nil:
+	// nothing anywhere).
+	Planes func(plane string) kubelet.PlaneSettings
 }
 
 // PlaneAnnotation on a Plane (root plane) set to "false" leaves that
@@ -65,6 +78,8 @@ type Simulation struct {
 	// routed addresses the plane in each call's context (nodes).
 	routed    kubernetes.Interface
 	provision *nodes.Provisioner
+	// kubelet is set once Run built it.
+	kubelet atomic.Pointer[kubelet.Kubelet]
 }
 
 // New checks the configuration; Run starts the simulation.
@@ -74,6 +89,9 @@ func New(config Config) (*Simulation, error) {
 	}
 	// Never bring a plane into being: work left for a deleted plane fails.
 	routedConfig := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	// The endpoints controller writes v1 Endpoints on purpose, as
+	// kube-controller-manager does: their deprecation warning is for users.
+	routedConfig.WarningHandlerWithContext = rest.NoWarnings{}
 	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig))
 	if err != nil {
 		return nil, fmt.Errorf("simulation client: %w", err)
@@ -92,6 +110,24 @@ func New(config Config) (*Simulation, error) {
 // SetOff sets Config.Off; call it before Run.
 func (s *Simulation) SetOff(off func(plane string) bool) { s.config.Off = off }
 
+// SetNodeSpecs sets where a plane's own node shape is found; call it
+// before Run.
+func (s *Simulation) SetNodeSpecs(spec func(plane string) *nodes.Spec) { s.provision.SetSpecs(spec) }
+
+// SetPlaneSettings sets Config.Planes; call it before Run.
+func (s *Simulation) SetPlaneSettings(f func(plane string) kubelet.PlaneSettings) {
+	s.config.Planes = f
+	s.provision.SetFaults(func(plane string) []faults.Fault { return f(plane).Faults })
+}
+
+// PlaneChanged makes the simulation look again at plane's pods: what the
+// plane's Plane sets (faults) changed.
+func (s *Simulation) PlaneChanged(plane string) {
+	if k := s.kubelet.Load(); k != nil {
+		k.PlaneChanged(plane)
+	}
+}
+
 // Run builds the informers and controllers and runs them until ctx is
 // done. The storages must exist (the API is installed).
 func (s *Simulation) Run(ctx context.Context) error {
@@ -103,7 +139,12 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration}, s.client, inf)
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Planes: s.config.Planes}, s.client, s.routed, inf)
+	if err != nil {
+		return err
+	}
+	s.kubelet.Store(kube)
+	binder, err := volumes.New(s.client, s.routed, inf)
 	if err != nil {
 		return err
 	}
@@ -117,6 +158,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 	}
 	go sched.Run(ctx)
 	go kube.Run(ctx)
+	go binder.Run(ctx)
 	for _, run := range runs {
 		go run(ctx, s.config.Workers)
 	}
@@ -133,6 +175,10 @@ func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]
 		return nil, fmt.Errorf("deployment controller: %w", err)
 	}
 	replicaSets := replicaset.NewReplicaSetController(ctx, inf.ReplicaSets, inf.Pods, s.client, replicaset.BurstReplicas)
+	replicationControllers := replication.NewReplicationManager(ctx, inf.Pods, inf.ReplicationControllers, s.client,
+		replication.BurstReplicas)
+	statefulSets := statefulset.NewStatefulSetController(ctx, inf.Pods, inf.StatefulSets, inf.PersistentVolumeClaims,
+		inf.ControllerRevisions, s.client)
 	jobs, err := job.NewController(ctx, s.client, inf.Pods, inf.Jobs, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("job controller: %w", err)
@@ -144,9 +190,25 @@ func (s *Simulation) upstream(ctx context.Context, inf *informers.Informers) ([]
 	finished := ttlafterfinished.New(ctx, inf.Jobs, s.client)
 	slices := endpointslice.NewController(ctx, inf.Pods, inf.Services, inf.Nodes, inf.EndpointSlices,
 		maxEndpointsPerSlice, s.client, 0)
+	endpoints := endpoint.NewEndpointController(ctx, inf.Pods, inf.Services, inf.Endpoints, s.client, 0)
+	budgets := s.disruption(ctx, inf)
 	return []func(context.Context, int){
-		deployments.Run, replicaSets.Run, jobs.Run, cronJobs.Run, finished.Run, slices.Run,
+		deployments.Run, replicaSets.Run, replicationControllers.Run, statefulSets.Run, jobs.Run, cronJobs.Run,
+		finished.Run, slices.Run, endpoints.Run, budgets.Run,
 	}, nil
+}
+
+// disruption builds upstream's PodDisruptionBudget controller. It finds
+// the scale of Pods' controllers through its listers for the built-in
+// ones (ReplicationController, ReplicaSet, Deployment, StatefulSet); a
+// custom resource's scale would need a REST mapping per plane, so a
+// budget over Pods of a custom controller reports that it cannot map it.
+func (s *Simulation) disruption(ctx context.Context, inf *informers.Informers) *disruption.DisruptionController {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	scales := scale.New(s.client.CoreV1().RESTClient(), mapper, dynamic.LegacyAPIPathResolverFunc,
+		scale.NewDiscoveryScaleKindResolver(s.client.Discovery()))
+	return disruption.NewDisruptionController(ctx, inf.Pods, inf.PodDisruptionBudgets, inf.ReplicationControllers,
+		inf.ReplicaSets, inf.Deployments, inf.StatefulSets, s.client, mapper, scales, s.client.Discovery())
 }
 
 // maxEndpointsPerSlice is kube-controller-manager's default.

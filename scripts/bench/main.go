@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, webhooks, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -75,6 +75,8 @@ func main() {
 	scenarioMembers := flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
 	quotaCreates := flag.Int("quota-creates", 500, "ConfigMaps created in each plane of the quota scenario")
 	quotaDeletes := flag.Int("quota-deletes", 50, "deletes whose status.used update the quota scenario times")
+	webhookCreates := flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
+	webhookPlanes := flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -94,6 +96,7 @@ func main() {
 		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
 		*streams, *streamObjects = min(*streams, 20), min(*streamObjects, 20)
 		*quotaCreates, *quotaDeletes = min(*quotaCreates, 50), min(*quotaDeletes, 10)
+		*webhookCreates, *webhookPlanes = min(*webhookCreates, 50), min(*webhookPlanes, 50)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -140,6 +143,9 @@ func main() {
 			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers, BaseOnly: *plainBaseOnly})
 		case "quota":
 			res, err = quotaScenario(bin, quotaParams{Creates: *quotaCreates, Deletes: *quotaDeletes})
+		case "webhooks":
+			res, err = webhooksScenario(bin, webhooksParams{Creates: *webhookCreates, Planes: *webhookPlanes, Workers: 8,
+				SlowCalls: 50, SlowFor: 10 * time.Second, OtherCalls: 200})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

@@ -64,7 +64,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("workloads: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads)
+	webhooks, err := webhooksScenario(binary, webhooksParams{Creates: 10, Planes: 5, Workers: 2, SlowCalls: 5, SlowFor: 3 * time.Second, OtherCalls: 10})
+	if err != nil {
+		t.Fatalf("webhooks: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -80,7 +84,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {

@@ -42,6 +42,7 @@ import (
 	"kplane.dev/kplane/planes/quota"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/webhooks"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
 )
@@ -106,6 +107,8 @@ type Config struct {
 	// ReadyzChecks are added to /readyz; a grouped one is also served on
 	// /readyz/<group>, its name being free to change.
 	ReadyzChecks []healthz.HealthChecker
+	// Webhooks configures how planes' admission webhooks are called.
+	Webhooks WebhookConfig
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -135,6 +138,9 @@ type completedConfig struct {
 	planesAdmission *admission.Planes
 	crdGetters      crdGetters
 	metrics         *kplanemetrics.Metrics
+	// webhooks are the admission webhook plugins; the plane manager tells
+	// them about deleted planes.
+	webhooks webhookPlugins
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -146,7 +152,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	stores := newPlaneStorage()
 	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
 	opts := c.upstreamOptions()
-	if err := registerAdmission(opts, stores, planesAdmission); err != nil {
+	hooks, err := c.newWebhookPlugins(stores)
+	if err != nil {
+		return CompletedConfig{}, err
+	}
+	if err := registerAdmission(opts, stores, planesAdmission, hooks); err != nil {
 		return CompletedConfig{}, err
 	}
 	completed, err := opts.Complete(ctx, nil, nil)
@@ -199,6 +209,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		planesAdmission: planesAdmission,
 		metrics:         planeMetrics,
 		crdGetters:      getters,
+		webhooks:        hooks,
 	}}, nil
 }
 
@@ -317,7 +328,7 @@ func (c *Config) upstreamOptions() *cpoptions.Options {
 // cluster state through informers would see the root plane only.
 // Admission is configured before the APIs are installed: NamespaceLifecycle
 // reads namespaces through the storage registry, which exists first.
-func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes) error {
+func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, hooks webhookPlugins) error {
 	nsLifecycle := admission.NewNamespaceLifecycle(namespaceGetter{
 		storageGetter{stores: stores, resource: corev1.Resource("namespaces")}})
 	o.Admission.GenericAdmission.Plugins.Register(admission.NamespaceLifecyclePluginName, nsLifecycle.Factory())
@@ -331,8 +342,11 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 	quotaObjects := quota.Objects{Registry: stores}
 	o.Admission.GenericAdmission.Plugins.Register(admission.LimitRangerPluginName, admission.NewLimitRanger(quotaObjects).Factory())
 	o.Admission.GenericAdmission.Plugins.Register(admission.ResourceQuotaPluginName, admission.NewResourceQuota(quotaObjects).Factory())
-	// Upstream's order: LimitRanger defaults early, ResourceQuota is the
-	// last validating plugin.
+	o.Admission.GenericAdmission.Plugins.Register(webhooks.MutatingPluginName, hooks.mutating.Factory())
+	o.Admission.GenericAdmission.Plugins.Register(webhooks.ValidatingPluginName, hooks.validating.Factory())
+	// Upstream's order: LimitRanger defaults early, the webhooks come
+	// after the built-in plugins, ResourceQuota is the last validating
+	// plugin.
 	o.Admission.GenericAdmission.RecommendedPluginOrder = []string{
 		admission.NamespaceLifecyclePluginName,
 		admission.PlanesPluginName,
@@ -343,6 +357,8 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 		signing.PluginName,
 		ctbattest.PluginName,
 		subjectrestriction.PluginName,
+		webhooks.MutatingPluginName,
+		webhooks.ValidatingPluginName,
 		admission.ResourceQuotaPluginName,
 	}
 	o.Admission.GenericAdmission.DefaultOffPlugins = nil

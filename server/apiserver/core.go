@@ -43,6 +43,8 @@ type coreProvider struct {
 
 	// set by NewRESTStorage for the plane glue that needs the registries.
 	registries *CoreRegistries
+	// budgets is the eviction's PodDisruptionBudget client.
+	budgets *planeBudgets
 }
 
 // CoreRegistries exposes the core registries other plane glue writes
@@ -93,7 +95,7 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 		return info, fmt.Errorf("services: %w", err)
 	}
 	if enabled("pods") {
-		addPods(storage, pods)
+		addPods(storage, pods, p.budgets)
 	}
 	if enabled("bindings") {
 		storage["bindings"] = pods.LegacyBinding
@@ -139,26 +141,31 @@ func (p *coreProvider) nodesAndPods(optsGetter generic.RESTOptionsGetter) (*node
 	if err != nil {
 		return nil, nil, fmt.Errorf("nodes: %w", err)
 	}
-	pods, err := podstore.NewStorage(optsGetter, nodes.KubeletConnectionInfo, nil, pdbClient, p.authorizer)
+	p.budgets = &planeBudgets{client: pdbClient}
+	pods, err := podstore.NewStorage(optsGetter, nodes.KubeletConnectionInfo, nil, p.budgets, p.authorizer)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pods: %w", err)
 	}
 	return nodes, &pods, nil
 }
 
-// addPods serves pods and their subresources; those a kubelet would
-// answer give a clear error.
-func addPods(storage map[string]rest.Storage, pods *podstore.PodStorage) {
+// addPods serves pods and their subresources: logs and exec of simulated
+// containers are answered from memory, the rest a kubelet would answer
+// give a clear error. ConfigMaps and Secrets are served already (the
+// generic core registries), for the simulated shell.
+func addPods(storage map[string]rest.Storage, pods *podstore.PodStorage, budgets *planeBudgets) {
 	storage["pods"] = pods.Pod
 	storage["pods/status"] = pods.Status
 	storage["pods/binding"] = pods.Binding
-	storage["pods/eviction"] = pods.Eviction
+	storage["pods/eviction"] = planeEviction{EvictionREST: pods.Eviction, budgets: budgets}
 	storage["pods/ephemeralcontainers"] = pods.EphemeralContainers
 	if pods.Resize != nil {
 		storage["pods/resize"] = pods.Resize
 	}
 	storage["pods/log"] = noKubeletLog{pods.Log}
-	storage["pods/exec"] = noKubeletConnect{pods.Exec, "pods/exec"}
+	configMaps, _ := storage["configmaps"].(rest.Getter)
+	secrets, _ := storage["secrets"].(rest.Getter)
+	storage["pods/exec"] = simulatedExec{ExecREST: pods.Exec, objects: podObjects{configMaps: configMaps, secrets: secrets}}
 	storage["pods/attach"] = noKubeletConnect{pods.Attach, "pods/attach"}
 	storage["pods/portforward"] = noKubeletConnect{pods.PortForward, "pods/portforward"}
 	storage["pods/proxy"] = noKubeletConnect{pods.Proxy, "pods/proxy"}

@@ -59,7 +59,7 @@ func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) 
 			Admission:           shared.AdmissionControl,
 			Authorizer:          shared.Authorization.Authorizer,
 			ServiceResolver:     noServiceResolver{},
-			AuthResolverWrapper: identityAuthResolverWrapper,
+			AuthResolverWrapper: c.webhooks.egress.ResolverWrapper(),
 			RequestTimeout:      shared.RequestTimeout,
 			MinRequestTimeout:   secondsToDuration(shared.MinRequestTimeout),
 			StaticOpenAPISpec:   info.StaticOpenAPISpec,
@@ -103,12 +103,13 @@ func rootOwnGroups() (map[string]sets.Set[string], error) {
 	return own, nil
 }
 
-// noServiceResolver refuses to resolve Services: a plane's Services have no
-// endpoints reachable from the server, and webhook conversion is not served.
+// noServiceResolver refuses to resolve Services: CRD handlers are shared by
+// planes with identical CRDs and cannot tell in which plane to resolve
+// (conversion webhooks by Service reference answer a clear error first).
 type noServiceResolver struct{}
 
 func (noServiceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
-	return nil, fmt.Errorf("service %s/%s: kplane planes do not call webhooks", namespace, name)
+	return nil, fmt.Errorf("service %s/%s: conversion webhooks by service reference are not supported; use a URL", namespace, name)
 }
 
 func identityAuthResolverWrapper(r webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {

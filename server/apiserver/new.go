@@ -68,7 +68,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
 	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics}, sim))
+		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics,
+			c.webhooks.validating, c.webhooks.mutating}, sim))
 	if err != nil {
 		return nil, err
 	}

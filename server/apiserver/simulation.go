@@ -5,13 +5,18 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/simulation"
+	"kplane.dev/kplane/planes/simulation/kubelet"
+	"kplane.dev/kplane/planes/simulation/nodes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -22,6 +27,44 @@ func newSimulation(options *simulation.Options, loopbackConfig *rest.Config, sto
 		return nil, nil
 	}
 	return simulation.New(simulation.Config{Options: *options, Loopback: loopbackConfig, Storage: storage})
+}
+
+// planeNodeSpec reads the node shape of a Plane from the manager's
+// informer.
+func planeNodeSpec(obj any) *nodes.Spec {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if _, found, _ := unstructured.NestedMap(u.Object, "spec", "simulation", "nodes"); !found {
+		return nil
+	}
+	plane, err := lifecycle.PlaneFrom(u)
+	if err != nil {
+		return nil
+	}
+	return plane.NodeSpec()
+}
+
+// planeSettings reads what a Plane from the manager's informer sets for
+// the kubelet; a Plane without spec.simulation costs no conversion.
+func planeSettings(obj any) kubelet.PlaneSettings {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return kubelet.PlaneSettings{}
+	}
+	if _, found, _ := unstructured.NestedMap(u.Object, "spec", "simulation"); !found {
+		return kubelet.PlaneSettings{}
+	}
+	plane, err := lifecycle.PlaneFrom(u)
+	if err != nil || plane.Spec.Simulation == nil {
+		return kubelet.PlaneSettings{}
+	}
+	settings := kubelet.PlaneSettings{Faults: plane.Spec.Simulation.Faults}
+	if d := plane.Spec.Simulation.RunDuration; d != nil {
+		settings.RunDuration = d.Duration
+	}
+	return settings
 }
 
 // withSimulation adds sim to the lifecycle's forgetters when it runs.
@@ -48,6 +91,31 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 		accessor, err := meta.Accessor(obj)
 		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
 	})
+	sim.SetPlaneSettings(func(plane string) kubelet.PlaneSettings {
+		obj, exists, err := planesByName.GetByKey(plane)
+		if err != nil || !exists {
+			return kubelet.PlaneSettings{}
+		}
+		return planeSettings(obj)
+	})
+	sim.SetNodeSpecs(func(plane string) *nodes.Spec {
+		obj, exists, err := planesByName.GetByKey(plane)
+		if err != nil || !exists {
+			return nil
+		}
+		return planeNodeSpec(obj)
+	})
+	if _, err := manager.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			if !apiequality.Semantic.DeepEqual(planeSettings(old), planeSettings(cur)) {
+				if accessor, err := meta.Accessor(cur); err == nil {
+					sim.PlaneChanged(accessor.GetName())
+				}
+			}
+		},
+	}); err != nil {
+		logrus.WithError(err).Error("faults of the simulation will not follow Plane changes")
+	}
 	server.AddPostStartHookOrDie("kplane-simulation", func(ctx genericapiserver.PostStartHookContext) error {
 		go func() {
 			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {

@@ -422,13 +422,47 @@ func TestWorkloadsLogs(t *testing.T) {
 	if out := s.MustKubectl(t, plane, "", "logs", "scripted", "-c", "main", "--tail=1"); out != "serving on :8080\n" {
 		t.Errorf("--tail=1: %q", out)
 	}
-	if out := s.MustKubectl(t, plane, "", "logs", "scripted", "-c", "side", "-f"); !strings.Contains(out, "simulated") {
+	if out := s.MustKubectl(t, plane, "", "logs", "scripted", "-c", "side"); !strings.Contains(out, "simulated") {
 		t.Errorf("default log line: %q", out)
 	}
 	for _, args := range [][]string{{"logs", "scripted", "-c", "main", "--previous"}, {"logs", "scripted", "-c", "nope"}} {
 		if out, err := s.Kubectl(t, plane, "", args...); err == nil {
 			t.Errorf("kubectl %s: want an error, got %q", strings.Join(args, " "), out)
 		}
+	}
+}
+
+// TestWorkloadsLogsFollow: `kubectl logs -f` of a running container
+// streams its log and ends when the container terminates, not before.
+func TestWorkloadsLogsFollow(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "logs-follow")
+	c := s.Client(t, plane)
+	_, err := c.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "task", Annotations: map[string]string{
+			"logs.kplane.dev/main": "epoch 1 loss 0.9\nepoch 2 loss 0.4\n", "kplane.dev/run-duration": "3s",
+		}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "trainer:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "pod task running", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "", 1, "trainer:1")
+		return err
+	})
+	out := s.MustKubectl(t, plane, "", "logs", "-f", "task")
+	if out != "epoch 1 loss 0.9\nepoch 2 loss 0.4\n" {
+		t.Errorf("followed log: %q", out)
+	}
+	pod, err := c.CoreV1().Pods("default").Get(t.Context(), "task", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("logs -f ended while the pod was %s, not after it completed", pod.Status.Phase)
 	}
 }
 

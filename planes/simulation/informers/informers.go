@@ -9,10 +9,12 @@ import (
 	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -23,14 +25,20 @@ import (
 // datastore, no informer per plane). Their objects carry the plane folded
 // into the namespace (nodes: the name), see planens.
 type Informers struct {
-	Deployments    appsinformers.DeploymentInformer
-	ReplicaSets    appsinformers.ReplicaSetInformer
-	Jobs           batchinformers.JobInformer
-	CronJobs       batchinformers.CronJobInformer
-	Pods           coreinformers.PodInformer
-	Services       coreinformers.ServiceInformer
-	Nodes          coreinformers.NodeInformer
-	EndpointSlices discoveryinformers.EndpointSliceInformer
+	Deployments            appsinformers.DeploymentInformer
+	ReplicaSets            appsinformers.ReplicaSetInformer
+	ReplicationControllers coreinformers.ReplicationControllerInformer
+	StatefulSets           appsinformers.StatefulSetInformer
+	ControllerRevisions    appsinformers.ControllerRevisionInformer
+	PersistentVolumeClaims coreinformers.PersistentVolumeClaimInformer
+	Jobs                   batchinformers.JobInformer
+	CronJobs               batchinformers.CronJobInformer
+	Pods                   coreinformers.PodInformer
+	Services               coreinformers.ServiceInformer
+	Endpoints              coreinformers.EndpointsInformer
+	Nodes                  coreinformers.NodeInformer
+	EndpointSlices         discoveryinformers.EndpointSliceInformer
+	PodDisruptionBudgets   policyinformers.PodDisruptionBudgetInformer
 
 	all []cache.SharedIndexInformer
 }
@@ -56,6 +64,12 @@ func New(registry *planestorage.Registry, off func(plane string) bool) (*Informe
 	}
 	i.Deployments = deploymentInformer{build(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployments)}
 	i.ReplicaSets = replicaSetInformer{build(schema.GroupResource{Group: "apps", Resource: "replicasets"}, replicaSets)}
+	i.ReplicationControllers = replicationControllerInformer{build(schema.GroupResource{Resource: "replicationcontrollers"}, replicationControllers)}
+	i.StatefulSets = statefulSetInformer{build(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, statefulSets)}
+	i.ControllerRevisions = controllerRevisionInformer{build(schema.GroupResource{Group: "apps", Resource: "controllerrevisions"}, controllerRevisions)}
+	i.PersistentVolumeClaims = persistentVolumeClaimInformer{build(schema.GroupResource{Resource: "persistentvolumeclaims"}, persistentVolumeClaims)}
+	i.Endpoints = endpointsInformer{build(schema.GroupResource{Resource: "endpoints"}, endpoints)}
+	i.PodDisruptionBudgets = podDisruptionBudgetInformer{build(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}, podDisruptionBudgets)}
 	i.Jobs = jobInformer{build(schema.GroupResource{Group: "batch", Resource: "jobs"}, jobs)}
 	i.CronJobs = cronJobInformer{build(schema.GroupResource{Group: "batch", Resource: "cronjobs"}, cronJobs)}
 	i.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, pods)}
@@ -96,6 +110,56 @@ type replicaSetInformer struct{ cache.SharedIndexInformer }
 func (r replicaSetInformer) Informer() cache.SharedIndexInformer { return r.SharedIndexInformer }
 func (r replicaSetInformer) Lister() appslisters.ReplicaSetLister {
 	return appslisters.NewReplicaSetLister(r.GetIndexer())
+}
+
+type replicationControllerInformer struct{ cache.SharedIndexInformer }
+
+func (r replicationControllerInformer) Informer() cache.SharedIndexInformer {
+	return r.SharedIndexInformer
+}
+func (r replicationControllerInformer) Lister() corelisters.ReplicationControllerLister {
+	return corelisters.NewReplicationControllerLister(r.GetIndexer())
+}
+
+type statefulSetInformer struct{ cache.SharedIndexInformer }
+
+func (s statefulSetInformer) Informer() cache.SharedIndexInformer { return s.SharedIndexInformer }
+func (s statefulSetInformer) Lister() appslisters.StatefulSetLister {
+	return appslisters.NewStatefulSetLister(s.GetIndexer())
+}
+
+type controllerRevisionInformer struct{ cache.SharedIndexInformer }
+
+func (c controllerRevisionInformer) Informer() cache.SharedIndexInformer {
+	return c.SharedIndexInformer
+}
+func (c controllerRevisionInformer) Lister() appslisters.ControllerRevisionLister {
+	return appslisters.NewControllerRevisionLister(c.GetIndexer())
+}
+
+type persistentVolumeClaimInformer struct{ cache.SharedIndexInformer }
+
+func (p persistentVolumeClaimInformer) Informer() cache.SharedIndexInformer {
+	return p.SharedIndexInformer
+}
+func (p persistentVolumeClaimInformer) Lister() corelisters.PersistentVolumeClaimLister {
+	return corelisters.NewPersistentVolumeClaimLister(p.GetIndexer())
+}
+
+type endpointsInformer struct{ cache.SharedIndexInformer }
+
+func (e endpointsInformer) Informer() cache.SharedIndexInformer { return e.SharedIndexInformer }
+func (e endpointsInformer) Lister() corelisters.EndpointsLister {
+	return corelisters.NewEndpointsLister(e.GetIndexer())
+}
+
+type podDisruptionBudgetInformer struct{ cache.SharedIndexInformer }
+
+func (p podDisruptionBudgetInformer) Informer() cache.SharedIndexInformer {
+	return p.SharedIndexInformer
+}
+func (p podDisruptionBudgetInformer) Lister() policylisters.PodDisruptionBudgetLister {
+	return policylisters.NewPodDisruptionBudgetLister(p.GetIndexer())
 }
 
 type jobInformer struct{ cache.SharedIndexInformer }

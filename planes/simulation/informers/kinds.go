@@ -5,8 +5,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/kubernetes/pkg/controller/endpoint"
 
 	"kplane.dev/kplane/planes/simulation/planens"
 )
@@ -27,6 +29,43 @@ var (
 	replicaSets = kind{
 		object: func() runtime.Object { return &appsv1.ReplicaSet{} },
 		list:   func() runtime.Object { return &appsv1.ReplicaSetList{} },
+		fold:   foldNamespace,
+	}
+	replicationControllers = kind{
+		object: func() runtime.Object { return &corev1.ReplicationController{} },
+		list:   func() runtime.Object { return &corev1.ReplicationControllerList{} },
+		fold:   foldNamespace,
+	}
+	statefulSets = kind{
+		object: func() runtime.Object { return &appsv1.StatefulSet{} },
+		list:   func() runtime.Object { return &appsv1.StatefulSetList{} },
+		fold:   foldNamespace,
+	}
+	controllerRevisions = kind{
+		object: func() runtime.Object { return &appsv1.ControllerRevision{} },
+		list:   func() runtime.Object { return &appsv1.ControllerRevisionList{} },
+		fold:   foldNamespace,
+	}
+	persistentVolumeClaims = kind{
+		object: func() runtime.Object { return &corev1.PersistentVolumeClaim{} },
+		list:   func() runtime.Object { return &corev1.PersistentVolumeClaimList{} },
+		fold:   foldNamespace,
+	}
+	// endpoints: only those the upstream controller manages. It deletes
+	// the Endpoints of every Service its lister lacks, and the service
+	// informer holds only Services with a selector: Endpoints written by
+	// hand for a selector-less Service must never reach it.
+	endpoints = kind{
+		object: func() runtime.Object { return &corev1.Endpoints{} },
+		list:   func() runtime.Object { return &corev1.EndpointsList{} },
+		fold:   foldNamespace,
+		keep: func(obj runtime.Object) bool {
+			return obj.(*corev1.Endpoints).Labels[endpoint.LabelManagedBy] == endpoint.ControllerName
+		},
+	}
+	podDisruptionBudgets = kind{
+		object: func() runtime.Object { return &policyv1.PodDisruptionBudget{} },
+		list:   func() runtime.Object { return &policyv1.PodDisruptionBudgetList{} },
 		fold:   foldNamespace,
 	}
 	jobs = kind{

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,15 @@ type source struct {
 	kind  kind
 	// off reports the planes whose objects the controllers must not see.
 	off func(plane string) bool
+
+	// told holds the keys of the objects the informer was given. An
+	// unwanted object's event reaches the informer only as the deletion
+	// of an object it holds: client-go's FIFO hands a deletion of an
+	// unknown key to the handlers too, and a controller takes that as
+	// its object gone (the endpoints controller would delete the
+	// Endpoints of a Service it never saw).
+	mu   sync.Mutex
+	told map[string]struct{}
 }
 
 // wanted reports whether the controllers are to see a converted object of
@@ -61,14 +71,19 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	}
 	out := s.kind.list()
 	kept := make([]runtime.Object, 0, len(items))
+	told := make(map[string]struct{}, len(items))
 	for _, item := range items {
 		if planestorage.IsTombstone(item) {
 			continue
 		}
 		if obj, ok := s.convert(item); ok && s.wanted(planes.OfObject(item), obj) {
 			kept = append(kept, obj)
+			told[key(obj)] = struct{}{}
 		}
 	}
+	s.mu.Lock()
+	s.told = told
+	s.mu.Unlock()
 	if err := meta.SetList(out, kept); err != nil {
 		return nil, err
 	}
@@ -113,7 +128,7 @@ func (s *source) event(ev watch.Event) (watch.Event, bool) {
 			ev.Type = watch.Deleted
 		}
 		ev.Object = converted
-		return ev, true
+		return ev, s.tell(ev.Type, key(converted))
 	case watch.Bookmark:
 		out := s.kind.object()
 		if from, err := meta.Accessor(ev.Object); err == nil {
@@ -127,6 +142,29 @@ func (s *source) event(ev watch.Event) (watch.Event, bool) {
 	default:
 		return ev, true
 	}
+}
+
+// tell records what an event tells the informer and reports whether the
+// event is to reach it: a deletion only of an object it holds.
+func (s *source) tell(t watch.EventType, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, held := s.told[key]
+	if t == watch.Deleted {
+		delete(s.told, key)
+		return held
+	}
+	if s.told == nil {
+		s.told = map[string]struct{}{}
+	}
+	s.told[key] = struct{}{}
+	return true
+}
+
+// key is the informer's key of a converted object.
+func key(obj runtime.Object) string {
+	k, _ := cache.MetaNamespaceKeyFunc(obj)
+	return k
 }
 
 // convert returns the versioned, plane-folded form of a cached object.

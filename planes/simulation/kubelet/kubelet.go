@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
+	"kplane.dev/kplane/planes/simulation/planens"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // RunDurationAnnotation on a pod sets how long its containers run before
@@ -28,28 +28,57 @@ type Config struct {
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
 	Workers     int
+	// Planes returns what a plane's Plane sets for its simulation (nil:
+	// nothing anywhere).
+	Planes func(plane string) PlaneSettings
+}
+
+// PlaneSettings is what a plane's Plane (in root) sets for the kubelet.
+type PlaneSettings struct {
+	Faults []faults.Fault
+	// RunDuration of the plane's run-to-completion pods (0: the server's).
+	RunDuration time.Duration
 }
 
 // Kubelet runs the pods of the simulated nodes.
 type Kubelet struct {
 	config Config
 	client kubernetes.Interface
+	// routed writes nodes, by their name inside the plane of each call's
+	// context (the folding client cannot unfold a name in a body).
+	routed kubernetes.Interface
 	pods   cache.SharedIndexInformer
 	nodes  cache.SharedIndexInformer
 	queue  workqueue.TypedRateLimitingInterface[string]
-	ips    *addresses
+	// nodeQueue holds the simulated nodes whose readiness to check.
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	ips       *addresses
 }
 
 // New returns a kubelet over the shared informers; client is the
-// plane-folding client (planeclient).
-func New(config Config, client kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
+// plane-folding client (planeclient), routed the client addressing the
+// plane of each call's context.
+func New(config Config, client, routed kubernetes.Interface, inf *informers.Informers) (*Kubelet, error) {
 	if config.Workers <= 0 {
 		config.Workers = 16
 	}
 	k := &Kubelet{
-		config: config, client: client, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
+		config: config, client: client, routed: routed, pods: inf.Pods.Informer(), nodes: inf.Nodes.Informer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet"}),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_simulation_kubelet_nodes"}),
+	}
+	if err := informers.AddPlaneIndex(k.nodes); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
+	}
+	// A node is looked at when it is made: a plane's faults may be set
+	// before its first pod.
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: k.nodeChanged}); err != nil {
+		return nil, err
+	}
+	if err := informers.AddPlaneIndex(k.pods); err != nil {
+		return nil, fmt.Errorf("kubelet index: %w", err)
 	}
 	if err := informers.AddNodeIndex(k.pods); err != nil {
 		return nil, fmt.Errorf("kubelet index: %w", err)
@@ -67,29 +96,8 @@ func New(config Config, client kubernetes.Interface, inf *informers.Informers) (
 
 // Run works until ctx is done.
 func (k *Kubelet) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer k.queue.ShutDown()
-	for i := 0; i < k.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, k.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (k *Kubelet) worker(ctx context.Context) {
-	for {
-		key, quit := k.queue.Get()
-		if quit {
-			return
-		}
-		err := k.sync(ctx, key)
-		k.queue.Done(key)
-		if err == nil {
-			k.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithField("pod", key).Debug("simulated kubelet retries")
-		k.queue.AddRateLimited(key)
-	}
+	go workers.Run(ctx, k.nodeQueue, 2, "node", k.syncNode)
+	workers.Run(ctx, k.queue, k.config.Workers, "pod", k.sync)
 }
 
 func (k *Kubelet) podChanged(obj any) {
@@ -99,9 +107,30 @@ func (k *Kubelet) podChanged(obj any) {
 	}
 	k.ips.observed(pod)
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "" ||
-		(pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod)) {
+		(pod.Status.Phase == corev1.PodRunning && (runsToCompletion(pod) || faulted(pod) || k.struck(pod))) {
 		key, _ := cache.MetaNamespaceKeyFunc(pod)
 		k.queue.Add(key)
+	}
+}
+
+// struck reports whether a fault strikes pod.
+func (k *Kubelet) struck(pod *corev1.Pod) bool {
+	f, _ := k.fault(pod)
+	return f != nil
+}
+
+// PlaneChanged makes the kubelet look again at every pod of plane: its
+// settings (faults) were changed.
+func (k *Kubelet) PlaneChanged(plane string) {
+	objs, _ := k.pods.GetIndexer().ByIndex(informers.PlaneIndex, plane)
+	for _, obj := range objs {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			k.queue.Add(key)
+		}
+	}
+	planeNodes, _ := k.nodes.GetIndexer().ByIndex(informers.PlaneIndex, plane)
+	for _, obj := range planeNodes {
+		k.nodeChanged(obj)
 	}
 }
 
@@ -137,9 +166,21 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 	if node == nil {
 		return nil
 	}
-	switch {
-	case pod.DeletionTimestamp != nil:
+	if pod.DeletionTimestamp != nil {
 		return k.remove(ctx, pod)
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	if !nodeReady(node) {
+		return k.nodeDown(ctx, pod, node)
+	}
+	if f, ci := k.fault(pod); f != nil {
+		return k.play(ctx, key, pod, node, f, ci)
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodRunning && faulted(pod):
+		return k.recover(ctx, pod, node)
 	case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
 		return k.start(ctx, pod, node)
 	case pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod):
@@ -169,6 +210,9 @@ func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 			return d
 		}
+	}
+	if d := k.settings(planens.Plane(pod.Namespace)).RunDuration; d > 0 {
+		return d
 	}
 	return k.config.RunDuration
 }

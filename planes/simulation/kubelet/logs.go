@@ -50,16 +50,22 @@ func Log(pod *api.Pod, opts *api.PodLogOptions) (text string, simulated bool, er
 	if !strings.HasPrefix(status.ContainerID, ContainerIDPrefix) {
 		return "", false, nil
 	}
-	if opts.Previous {
-		return "", true, apierrors.NewBadRequest(fmt.Sprintf(
-			"previous terminated container %q in pod %q not found", name, pod.Name))
-	}
 	var started time.Time
 	switch {
+	case opts.Previous && status.LastTerminationState.Terminated != nil:
+		// A restarted container (a crash-loop fault) wrote the same log
+		// in its previous run.
+		started = status.LastTerminationState.Terminated.StartedAt.Time
+	case opts.Previous:
+		return "", true, apierrors.NewBadRequest(fmt.Sprintf(
+			"previous terminated container %q in pod %q not found", name, pod.Name))
 	case status.State.Running != nil:
 		started = status.State.Running.StartedAt.Time
 	case status.State.Terminated != nil:
 		started = status.State.Terminated.StartedAt.Time
+	case status.State.Waiting != nil && status.LastTerminationState.Terminated != nil:
+		// Waiting to restart: the last run's log, as a kubelet keeps it.
+		started = status.LastTerminationState.Terminated.StartedAt.Time
 	default:
 		return "", true, apierrors.NewBadRequest(fmt.Sprintf(
 			"container %q in pod %q is waiting to start: ContainerCreating", name, pod.Name))

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/simulation/faults"
 )
 
 const (
@@ -38,8 +39,52 @@ type Shape struct {
 	CPU    resource.Quantity
 	Memory resource.Quantity
 	Pods   resource.Quantity
+	// Extended resources every node offers (e.g. nvidia.com/gpu).
+	Extended corev1.ResourceList
+	Labels   map[string]string
+	Taints   []corev1.Taint
 	// KubeletVersion is reported in the node info.
 	KubeletVersion string
+}
+
+// Spec is a plane's own node shape (Plane spec.simulation.nodes): what it
+// sets replaces the server's.
+type Spec struct {
+	Count             *int32              `json:"count,omitempty"`
+	CPU               *resource.Quantity  `json:"cpu,omitempty"`
+	Memory            *resource.Quantity  `json:"memory,omitempty"`
+	Pods              *resource.Quantity  `json:"pods,omitempty"`
+	ExtendedResources corev1.ResourceList `json:"extendedResources,omitempty"`
+	Labels            map[string]string   `json:"labels,omitempty"`
+	Taints            []corev1.Taint      `json:"taints,omitempty"`
+}
+
+// With returns s with what spec sets.
+func (s Shape) With(spec *Spec) Shape {
+	if spec == nil {
+		return s
+	}
+	if spec.Count != nil && *spec.Count >= 1 && *spec.Count <= MaxCount {
+		s.Count = int(*spec.Count)
+	}
+	for _, q := range []struct {
+		from *resource.Quantity
+		to   *resource.Quantity
+	}{{spec.CPU, &s.CPU}, {spec.Memory, &s.Memory}, {spec.Pods, &s.Pods}} {
+		if q.from != nil {
+			*q.to = *q.from
+		}
+	}
+	if spec.ExtendedResources != nil {
+		s.Extended = spec.ExtendedResources
+	}
+	if spec.Labels != nil {
+		s.Labels = spec.Labels
+	}
+	if spec.Taints != nil {
+		s.Taints = spec.Taints
+	}
+	return s
 }
 
 // DefaultShape is three nodes of 8 CPUs, 32 GiB and 110 pods.
@@ -51,6 +96,11 @@ func DefaultShape() Shape {
 type Provisioner struct {
 	client kubernetes.Interface
 	shape  Shape
+	// spec returns a plane's own node shape (nil: the server's).
+	spec func(plane string) *Spec
+	// faults returns a plane's faults: a node made while a NodeNotReady
+	// fault strikes it is made not Ready.
+	faults func(plane string) []faults.Fault
 
 	mu sync.Mutex
 	// creating holds the planes whose nodes are being created.
@@ -65,6 +115,14 @@ func NewProvisioner(client kubernetes.Interface, shape Shape) (*Provisioner, err
 	}
 	return &Provisioner{client: client, shape: shape, creating: map[string]bool{}}, nil
 }
+
+// SetFaults sets where the provisioner finds a plane's faults; call it
+// before the first Ensure.
+func (p *Provisioner) SetFaults(f func(plane string) []faults.Fault) { p.faults = f }
+
+// SetSpecs sets where the provisioner finds a plane's own node shape; call
+// it before the first Ensure.
+func (p *Provisioner) SetSpecs(spec func(plane string) *Spec) { p.spec = spec }
 
 // Ensure creates plane's nodes (those that exist are left alone). Only one
 // call per plane runs at a time; a concurrent one returns at once.
@@ -82,10 +140,18 @@ func (p *Provisioner) Ensure(ctx context.Context, plane string) error {
 		p.mu.Unlock()
 	}()
 	// The nodes are written at once: a plane's first pods wait for them.
+	shape := p.shape
+	if p.spec != nil {
+		shape = shape.With(p.spec(plane))
+	}
 	g, ctx := errgroup.WithContext(planes.WithPlane(ctx, plane))
-	for i := 0; i < p.shape.Count; i++ {
+	for i := 0; i < shape.Count; i++ {
 		g.Go(func() error {
-			_, err := p.client.CoreV1().Nodes().Create(ctx, p.node(i), metav1.CreateOptions{})
+			node := shape.node(i)
+			if p.faults != nil {
+				SetReady(node, faults.ForNode(p.faults(plane), node.Name))
+			}
+			_, err := p.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating simulated node %d of plane %s: %w", i, plane, err)
 			}
@@ -95,21 +161,32 @@ func (p *Provisioner) Ensure(ctx context.Context, plane string) error {
 	return g.Wait()
 }
 
-func (p *Provisioner) node(i int) *corev1.Node {
+func (s Shape) node(i int) *corev1.Node {
 	name := fmt.Sprintf("%s%d", namePrefix, i)
 	now := metav1.NewTime(time.Now())
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU: p.shape.CPU, corev1.ResourceMemory: p.shape.Memory, corev1.ResourcePods: p.shape.Pods,
+		corev1.ResourceCPU: s.CPU, corev1.ResourceMemory: s.Memory, corev1.ResourcePods: s.Pods,
+	}
+	for r, q := range s.Extended {
+		capacity[r] = q
+	}
+	labels := map[string]string{}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	// Its own labels win: the kubelet and scheduler rely on them.
+	for k, v := range map[string]string{
+		SimulatedLabel: "true", corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+	} {
+		labels[k] = v
 	}
 	condition := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, message string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message,
 			LastHeartbeatTime: now, LastTransitionTime: now}
 	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			SimulatedLabel: "true", corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
-		}},
-		Spec: corev1.NodeSpec{PodCIDR: PodCIDR(i).String(), PodCIDRs: []string{PodCIDR(i).String()}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{PodCIDR: PodCIDR(i).String(), PodCIDRs: []string{PodCIDR(i).String()}, Taints: s.Taints},
 		Status: corev1.NodeStatus{
 			Capacity: capacity, Allocatable: capacity,
 			Phase: corev1.NodeRunning,
@@ -124,7 +201,7 @@ func (p *Provisioner) node(i int) *corev1.Node {
 				{Type: corev1.NodeHostName, Address: name},
 			},
 			NodeInfo: corev1.NodeSystemInfo{
-				OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: p.shape.KubeletVersion,
+				OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: s.KubeletVersion,
 				ContainerRuntimeVersion: "kplane-simulated://1", OSImage: "kplane simulated node",
 			},
 		},
@@ -138,3 +215,53 @@ func PodCIDR(i int) netip.Prefix {
 
 // HostIP is the address of the i-th simulated node of a plane.
 func HostIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{172, 20, 0, byte(i + 2)}) }
+
+// The taints upstream's node lifecycle controller puts on a node that is
+// not Ready.
+var notReadyTaints = []corev1.Taint{
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute},
+}
+
+// SetReady sets node's Ready condition and not-ready taints as fault
+// (nil: none) has them.
+func SetReady(node *corev1.Node, fault *faults.Fault) {
+	taints := make([]corev1.Taint, 0, len(node.Spec.Taints)+len(notReadyTaints))
+	for _, t := range node.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			taints = append(taints, t)
+		}
+	}
+	status, reason, message := corev1.ConditionTrue, "KubeletReady", "simulated node is ready"
+	if fault != nil {
+		status, reason, message = corev1.ConditionFalse, "KubeletNotReady", "simulated fault: the node is not ready"
+		if fault.Message != "" {
+			message = fault.Message
+		}
+		now := metav1.Now()
+		for _, t := range notReadyTaints {
+			t.TimeAdded = &now
+			taints = append(taints, t)
+		}
+		// A taint's time is kept while it stays.
+		for i := range taints {
+			for _, old := range node.Spec.Taints {
+				if old.Key == taints[i].Key && old.Effect == taints[i].Effect {
+					taints[i].TimeAdded = old.TimeAdded
+				}
+			}
+		}
+	}
+	if len(taints) == 0 {
+		taints = nil
+	}
+	node.Spec.Taints = taints
+	for i := range node.Status.Conditions {
+		c := &node.Status.Conditions[i]
+		if c.Type != corev1.NodeReady || c.Status == status {
+			continue
+		}
+		c.Status, c.Reason, c.Message = status, reason, message
+		c.LastTransitionTime = metav1.Now()
+	}
+}

@@ -73,3 +73,20 @@ func TestStatusConflictReapplied(t *testing.T) {
 		t.Errorf("path sent: %s", got)
 	}
 }
+
+func TestDerivedStatusPaths(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/apis/apps/v1/namespaces/default/deployments/web/status":                               true,
+		"/clusters/p1/control-plane/apis/apps/v1/namespaces/default/replicasets/web/status":     true,
+		"/clusters/p1/control-plane/apis/apps/v1/namespaces/default/statefulsets/db/status":     true,
+		"/clusters/p1/control-plane/api/v1/namespaces/default/replicationcontrollers/rc/status": true,
+		"/api/v1/namespaces/default/pods/web/status":                                            false,
+		"/apis/batch/v1/namespaces/default/jobs/j/status":                                       false,
+		"/apis/apps/v1/namespaces/default/deployments/web":                                      false,
+	} {
+		req, _ := http.NewRequest(http.MethodPut, "https://x"+path, nil)
+		if got := derivedStatus(req); got != want {
+			t.Errorf("derivedStatus(PUT %s) = %v, want %v", path, got, want)
+		}
+	}
+}

@@ -9,8 +9,9 @@ import (
 )
 
 // derivedStatusPath matches the status of the resources whose status is
-// only an observation of other objects (Deployments, ReplicaSets).
-var derivedStatusPath = regexp.MustCompile(`^(/clusters/[^/]+/control-plane)?/apis/apps/v1/namespaces/[^/]+/(deployments|replicasets)/[^/]+/status$`)
+// only an observation of other objects (Deployments, ReplicaSets,
+// ReplicationControllers, StatefulSets).
+var derivedStatusPath = regexp.MustCompile(`^(/clusters/[^/]+/control-plane)?(/apis/apps/v1/namespaces/[^/]+/(deployments|replicasets|statefulsets)|/api/v1/namespaces/[^/]+/replicationcontrollers)/[^/]+/status$`)
 
 func derivedStatus(req *http.Request) bool {
 	return req.Method == http.MethodPut && derivedStatusPath.MatchString(req.URL.Path)

@@ -6,14 +6,10 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -25,6 +21,7 @@ import (
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/nodes"
 	"kplane.dev/kplane/planes/simulation/planens"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // Name is the schedulerName this scheduler serves (and pods without one).
@@ -93,31 +90,9 @@ func New(client kubernetes.Interface, inf *informers.Informers, provision *nodes
 
 // Run schedules until ctx is done.
 func (s *Scheduler) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer s.queue.ShutDown()
 	s.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
 	defer s.broadcast.Shutdown()
-	for i := 0; i < Workers; i++ {
-		go wait.UntilWithContext(ctx, s.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (s *Scheduler) worker(ctx context.Context) {
-	for {
-		key, quit := s.queue.Get()
-		if quit {
-			return
-		}
-		err := s.schedule(ctx, key)
-		s.queue.Done(key)
-		if err == nil {
-			s.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithField("pod", key).Debug("scheduling retries")
-		s.queue.AddRateLimited(key)
-	}
+	workers.Run(ctx, s.queue, Workers, "pod", s.schedule)
 }
 
 // wantsScheduling reports whether the pod waits for this scheduler.

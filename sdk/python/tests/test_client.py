@@ -182,6 +182,41 @@ class TemplatesTest(ServerTestCase):
             self.client.create_plane(unique("orphan"), from_plane="no-such-plane")
 
 
+    def test_faults_and_nodes(self) -> None:
+        plane = self.client.create_plane(unique("faults"))
+        plane.wait_until_ready(timeout=30)
+        plane.set_nodes({"count": 1, "extendedResources": {"nvidia.com/gpu": 2}})
+        plane.set_faults([{"type": "CrashLoopBackOff", "match": {"image": "*:broken"}, "exitCode": 2}])
+        with self.assertRaises(kplane.InvalidError):
+            plane.set_faults([{"type": "Meteorite"}])
+        pods = plane.path("/api/v1/namespaces/default/pods")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+               "spec": {"containers": [{"name": "web", "image": "app:broken",
+                                        "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+        self.client.request("POST", pods, body=pod)
+
+        def crashed():
+            status = self.client.request("GET", pods + "/web").get("status", {})
+            for c in status.get("containerStatuses", []):
+                last = c.get("lastState", {}).get("terminated") or {}
+                if c.get("restartCount", 0) >= 1 and last.get("exitCode") == 2:
+                    return status
+            return None
+
+        self.assertIsNotNone(eventually(crashed), self.client.request("GET", pods + "/web").get("status"))
+        nodes = self.client.request("GET", plane.path("/api/v1/nodes"))["items"]
+        self.assertEqual([n["status"]["allocatable"].get("nvidia.com/gpu") for n in nodes], ["2"])
+
+        plane.set_faults([])
+
+        def cured():
+            status = self.client.request("GET", pods + "/web").get("status", {})
+            ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+            return status if ready and ready[0]["status"] == "True" else None
+
+        self.assertIsNotNone(eventually(cured), self.client.request("GET", pods + "/web").get("status"))
+
+
 class PlanesTest(ServerTestCase):
     def test_create_list_delete(self) -> None:
         name = unique("crud")

@@ -234,6 +234,14 @@ class AsyncPlane:
     def url(self) -> str:
         return self.sync.url
 
+    async def set_faults(self, faults: Iterable[Mapping[str, Any]]) -> None:
+        """See :meth:`kplane.Plane.set_faults`."""
+        await self.client._run(self.sync.set_faults, [dict(f) for f in faults])
+
+    async def set_nodes(self, nodes: Mapping[str, Any]) -> None:
+        """See :meth:`kplane.Plane.set_nodes`."""
+        await self.client._run(self.sync.set_nodes, dict(nodes))
+
     async def state(
         self,
         resource: str | Iterable[str] | None = None,

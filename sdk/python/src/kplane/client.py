@@ -348,6 +348,32 @@ class Plane:
         """``rest`` (``/api/v1/...``) as a path of this plane on the server."""
         return self._prefix + rest
 
+    def set_faults(self, faults: Iterable[Mapping[str, Any]]) -> None:
+        """Set the faults the workload simulation plays in this plane (on its
+        Plane in the root plane, out of the plane's own users' reach),
+        replacing any set before; e.g. ``[{"type": "CrashLoopBackOff",
+        "match": {"image": "*:broken"}}]``. Types: ``CrashLoopBackOff``,
+        ``OOMKilled``, ``ImagePullBackOff``, ``NotReady``; ``match`` takes
+        ``image`` (a glob), ``container``, ``namespace``, ``podLabels``. An
+        empty list lifts them all. Needs the admin (root) credential; an
+        invalid fault raises :class:`kplane.InvalidError`."""
+        self._patch_simulation({"faults": [dict(f) for f in faults]})
+
+    def set_nodes(self, nodes: Mapping[str, Any]) -> None:
+        """Set the shape of this plane's simulated nodes (``count``, ``cpu``,
+        ``memory``, ``pods``, ``extendedResources`` such as
+        ``{"nvidia.com/gpu": 8}``, ``labels``, ``taints``), read when the
+        nodes are made: set it before the plane's first Pod."""
+        self._patch_simulation({"nodes": dict(nodes)})
+
+    def _patch_simulation(self, simulation: dict[str, Any]) -> None:
+        self.client.request(
+            "PATCH",
+            f"{_PLANES}/{urllib.parse.quote(self.name, safe='')}",
+            body={"spec": {"simulation": simulation}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
     def reset(self) -> None:
         """Return the plane to where it started: its template's state, or
         the empty bootstrapped plane. Returns once the plane serves it;
