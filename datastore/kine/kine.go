@@ -76,6 +76,11 @@ const maxSocketPath = 100
 
 // Listen starts kine and returns once it serves the etcd API.
 func Listen(ctx context.Context, cfg Config) (*Kine, error) {
+	return listen(ctx, cfg, grpcServer())
+}
+
+// listen starts kine serving the etcd API on server.
+func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error) {
 	if path, ok := sqlitePath(cfg.Endpoint); ok {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
@@ -87,7 +92,6 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 		listener = "tcp://127.0.0.1:0"
 	}
 	wg := &sync.WaitGroup{}
-	server := grpcServer()
 	config := endpoint.Config{
 		GRPCServer:           server,
 		Listener:             listener,
@@ -142,9 +146,11 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 // grpcServer is the gRPC server kine serves the etcd API on, with the
 // limits of an etcd server (keepalive, streams, request size), kplane's own
 // so that it can stop it (StopServing). kine serves on a unix socket or
-// loopback without TLS.
-func grpcServer() *grpc.Server {
+// loopback without TLS. outer intercepts streams before kplane's own
+// interceptor does.
+func grpcServer(outer ...grpc.StreamServerInterceptor) *grpc.Server {
 	return grpc.NewServer(
+		grpc.ChainStreamInterceptor(append(outer, endWatchesFirst)...),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: embed.DefaultGRPCKeepAliveMinTime}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: embed.DefaultGRPCKeepAliveInterval, Timeout: embed.DefaultGRPCKeepAliveTimeout,

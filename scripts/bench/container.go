@@ -19,6 +19,8 @@ import (
 
 type containerParams struct {
 	Planes int
+	// OldBinary, when set, is measured bare as well (old_bare_*).
+	OldBinary string
 }
 
 // containerScenario measures the container image next to the bare binary,
@@ -49,7 +51,7 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 	}
 	defer exec.Command(rt, "rmi", "-f", image).Run()
 
-	figures := map[string]float64{}
+	figures := map[string]float64{"load_1m_begin": loadAverage()}
 	binInfo, err := os.Stat(binary)
 	if err != nil {
 		return Result{}, err
@@ -67,26 +69,37 @@ func containerScenario(binary string, p containerParams) (Result, error) {
 	figures["image_size_mib"] = imageSize / mib
 	figures["image_minus_binary_kib"] = (imageSize - float64(binInfo.Size())) / 1024
 
-	for _, target := range []startTarget{&bareTarget{binary: binary}, &containerTarget{runtime: rt, image: image}} {
+	targets := []startTarget{&bareTarget{binary: binary}, &containerTarget{runtime: rt, image: image}}
+	if p.OldBinary != "" {
+		targets = append([]startTarget{&bareTarget{binary: p.OldBinary, checker: binary, label: "old_bare"}}, targets...)
+	}
+	for _, target := range targets {
 		if err := measureTarget(target, p.Planes, figures); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", target.name(), err)
 		}
 	}
-	printContainerTable(figures, p.Planes)
+	if err := measureRuntimeStop(&containerTarget{runtime: rt, image: image}, figures); err != nil {
+		return Result{}, fmt.Errorf("%s stop: %w", filepath.Base(rt), err)
+	}
+	figures["load_1m_end"] = loadAverage()
+	printContainerTable(figures, p.Planes, p.OldBinary != "")
 	return Result{
 		Scenario: "container",
-		Params:   map[string]any{"planes": p.Planes, "runtime": filepath.Base(rt)},
+		Params:   map[string]any{"planes": p.Planes, "runtime": filepath.Base(rt), "old_binary": p.OldBinary != ""},
 		Figures:  figures,
 		Notes: []string{
-			"bare_* is the binary started directly, container_* the image with --network host and a named volume on /data",
+			"bare_* is the binary started directly, container_* the image with --network host and a named volume on /data, old_bare_* the --old-binary started directly",
 			"start_to_healthy: until `kplane healthcheck` (the image's HEALTHCHECK) first passes, polled every 50 ms",
-			"stop_after_kill: SIGTERM to exit of an idle server restarted after kill -9 on the same data",
+			"stop: SIGTERM (sent to the server's process, in the container too) to the process's exit, idle server",
+			"stop_after_kill: the same for an idle server restarted after kill -9 on the same data",
+			"container_runtime_stop: `podman stop` (or docker's) of an idle container, the command's start to its end: SIGTERM, drain and the runtime's own work",
+			"load: the 1-minute load average when the scenario began and ended (the machine's other work slows start-up most)",
 		},
 	}, nil
 }
 
-// printContainerTable prints the figures of both targets side by side.
-func printContainerTable(f map[string]float64, planes int) {
+// printContainerTable prints the figures of the targets side by side.
+func printContainerTable(f map[string]float64, planes int, old bool) {
 	rows := []struct{ label, key, unit string }{
 		{"start -> healthy", "start_to_healthy_s", "s"},
 		{"start -> first plane ready", "start_to_first_plane_s", "s"},
@@ -94,13 +107,46 @@ func printContainerTable(f map[string]float64, planes int) {
 		{fmt.Sprintf("RSS with %d planes", planes), fmt.Sprintf("rss_%d_planes_mib", planes), "MiB"},
 		{"SIGTERM -> exit, idle", "stop_s", "s"},
 		{"SIGTERM -> exit after kill -9 + restart", "stop_after_kill_s", "s"},
+		{"stop command (runtime's stop), idle", "runtime_stop_s", "s"},
 	}
-	fmt.Printf("   %-42s %12s %12s\n", "", "bare", "container")
+	columns := []string{"bare", "container"}
+	if old {
+		columns = append([]string{"old_bare"}, columns...)
+	}
+	fmt.Printf("   %-42s", "")
+	for _, c := range columns {
+		fmt.Printf(" %14s", c)
+	}
+	fmt.Println()
 	for _, r := range rows {
-		fmt.Printf("   %-42s %10.2f %-3s %8.2f %s\n", r.label, f["bare_"+r.key], r.unit, f["container_"+r.key], r.unit)
+		fmt.Printf("   %-42s", r.label)
+		for _, c := range columns {
+			cell := "-"
+			if v, ok := f[c+"_"+r.key]; ok {
+				cell = fmt.Sprintf("%.2f %s", v, r.unit)
+			}
+			fmt.Printf(" %14s", cell)
+		}
+		fmt.Println()
 	}
+	fmt.Printf("   %-42s %.2f at the start, %.2f at the end\n", "load average (1 min)", f["load_1m_begin"], f["load_1m_end"])
 	fmt.Printf("   %-42s %10.2f MiB %8.2f MiB (image - binary: %.1f KiB)\n", "binary | image size",
 		f["binary_size_mib"], f["image_size_mib"], f["image_minus_binary_kib"])
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unknown): the
+// start-up figures depend on it more than on anything else.
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 0
+	}
+	load, _ := strconv.ParseFloat(fields[0], 64)
+	return load
 }
 
 // repoRoot is the directory holding go.mod, above the working directory.
@@ -129,8 +175,9 @@ type startTarget interface {
 	pid() (int, error)
 	kill() error
 	restart() error
-	// stop sends SIGTERM and returns the exit code.
-	stop() (int, error)
+	// stop sends SIGTERM and returns the exit code and how long the
+	// process took to exit after the signal.
+	stop() (int, time.Duration, error)
 	cleanup()
 }
 
@@ -172,11 +219,11 @@ func measureTarget(t startTarget, planes int, figures map[string]float64) error 
 		return err
 	}
 
-	began = time.Now()
-	if code, err := t.stop(); err != nil || code != 0 {
+	code, took, err := t.stop()
+	if err != nil || code != 0 {
 		return fmt.Errorf("stop: exit code %d, %v", code, err)
 	}
-	figures[t.name()+"_stop_s"] = time.Since(began).Seconds()
+	figures[t.name()+"_stop_s"] = took.Seconds()
 
 	if err := t.restart(); err != nil {
 		return err
@@ -193,11 +240,37 @@ func measureTarget(t startTarget, planes int, figures map[string]float64) error 
 	if err := poll(2*time.Minute, t.healthy); err != nil {
 		return fmt.Errorf("not healthy after kill and restart: %w", err)
 	}
-	began = time.Now()
-	if code, err := t.stop(); err != nil || code != 0 {
+	code, took, err = t.stop()
+	if err != nil || code != 0 {
 		return fmt.Errorf("stop after kill -9 and restart: exit code %d, %v", code, err)
 	}
-	figures[t.name()+"_stop_after_kill_s"] = time.Since(began).Seconds()
+	figures[t.name()+"_stop_after_kill_s"] = took.Seconds()
+	return nil
+}
+
+// measureRuntimeStop records container_runtime_stop_s: `<runtime> stop`
+// of an idle container, start to end of the command.
+func measureRuntimeStop(c *containerTarget, figures map[string]float64) error {
+	defer c.cleanup()
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	token, err := randomHex(32)
+	if err != nil {
+		return err
+	}
+	if err := c.start(port, token); err != nil {
+		return err
+	}
+	if err := poll(2*time.Minute, c.healthy); err != nil {
+		return fmt.Errorf("not healthy: %w", err)
+	}
+	began := time.Now()
+	if code, err := c.runtimeStop(); err != nil || code != 0 {
+		return fmt.Errorf("exit code %d, %v", code, err)
+	}
+	figures["container_runtime_stop_s"] = time.Since(began).Seconds()
 	return nil
 }
 
@@ -269,14 +342,23 @@ func (a *apiProbe) planeReady(plane string) error {
 // bareTarget is the binary run directly with a data dir of its own.
 type bareTarget struct {
 	binary string
-	dir    string
-	port   int
-	token  string
-	cmd    *exec.Cmd
-	done   chan struct{}
+	label  string // "bare" unless set
+	// checker runs the health check (binary unless set): the old binary's
+	// may lack the image's flags.
+	checker string
+	dir     string
+	port    int
+	token   string
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
-func (b *bareTarget) name() string { return "bare" }
+func (b *bareTarget) name() string {
+	if b.label != "" {
+		return b.label
+	}
+	return "bare"
+}
 
 func (b *bareTarget) start(port int, token string) error {
 	dir, err := os.MkdirTemp("", "kplane-bench-bare-")
@@ -306,8 +388,13 @@ func (b *bareTarget) restart() error {
 	return nil
 }
 
+// healthy runs the image's HEALTHCHECK command against the bare server.
 func (b *bareTarget) healthy() error {
-	return exec.Command(b.binary, "healthcheck", "--data-dir", b.dir, "--https-port", strconv.Itoa(b.port)).Run()
+	checker := b.checker
+	if checker == "" {
+		checker = b.binary
+	}
+	return exec.Command(checker, "healthcheck", "--wait", "4s", "--data-dir", b.dir, "--https-port", strconv.Itoa(b.port)).Run()
 }
 
 func (b *bareTarget) pid() (int, error) { return b.cmd.Process.Pid, nil }
@@ -318,16 +405,17 @@ func (b *bareTarget) kill() error {
 	return nil
 }
 
-func (b *bareTarget) stop() (int, error) {
+func (b *bareTarget) stop() (int, time.Duration, error) {
+	began := time.Now()
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-b.done:
 	case <-time.After(30 * time.Second):
 		_ = b.cmd.Process.Kill()
 		<-b.done
-		return -1, fmt.Errorf("no exit 30 s after SIGTERM")
+		return -1, 0, fmt.Errorf("no exit 30 s after SIGTERM")
 	}
-	return b.cmd.ProcessState.ExitCode(), nil
+	return b.cmd.ProcessState.ExitCode(), time.Since(began), nil
 }
 
 func (b *bareTarget) cleanup() {
@@ -398,15 +486,65 @@ func (c *containerTarget) restart() error {
 	return err
 }
 
-func (c *containerTarget) stop() (int, error) {
+// stop sends SIGTERM to the server in the container itself, as the
+// runtime's stop does, and returns once that process has exited: the
+// server's drain, measured as the bare binary's is. runtimeStop measures
+// the runtime's command instead.
+func (c *containerTarget) stop() (int, time.Duration, error) {
+	pid, err := c.pid()
+	if err != nil {
+		return -1, 0, err
+	}
+	began := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return -1, 0, err
+	}
+	for processExited(pid) != nil {
+		if time.Since(began) > 30*time.Second {
+			return -1, 0, fmt.Errorf("no exit 30 s after SIGTERM")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(began)
+	if _, err := c.rt("wait", c.container); err != nil {
+		return -1, 0, err
+	}
+	code, err := c.exitCode()
+	return code, took, err
+}
+
+// runtimeStop is `<runtime> stop` of the container, as a CI job ends its
+// service: SIGTERM, the drain, and the runtime's own work before and after.
+func (c *containerTarget) runtimeStop() (int, error) {
 	if _, err := c.rt("stop", "-t", "30", c.container); err != nil {
 		return -1, err
 	}
+	return c.exitCode()
+}
+
+func (c *containerTarget) exitCode() (int, error) {
 	out, err := c.rt("inspect", "--format", "{{.State.ExitCode}}", c.container)
 	if err != nil {
 		return -1, err
 	}
 	return strconv.Atoi(out)
+}
+
+// processExited reports whether pid is gone (or a zombie its parent has
+// yet to reap).
+func processExited(pid int) error {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The state follows the command, which is in parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		return nil
+	}
+	return fmt.Errorf("process %d still running", pid)
 }
 
 func (c *containerTarget) cleanup() {

@@ -181,6 +181,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
 	}
 	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
+	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
 	if err := c.configureAuth(genericConfig, stores); err != nil {
 		return CompletedConfig{}, err
 	}

@@ -30,6 +30,13 @@ import (
 // is kept whether or not anyone pages. Those lists read the datastore
 // instead; plain lists and the snapshot still come from memory.
 //
+// UnknownVersionInteroperabilityProxy=false: it proxies a request to the
+// peer apiserver that serves a resource this one does not, found through
+// peer endpoint leases each server writes and removes on shutdown. Every
+// kplane server serves the same APIs; the leases were only datastore
+// writes, and a server stopped before writing its first one logged its
+// removal as an error.
+//
 // SizeBasedListCostEstimate=false: it tracks the size of every key to weigh
 // LIST requests for priority and fairness, which kplane does not run.
 var featureGates = map[string]bool{
@@ -37,6 +44,8 @@ var featureGates = map[string]bool{
 	"WatchList":                 false,
 	"SizeBasedListCostEstimate": false,
 	"ListFromCacheSnapshot":     false,
+	// See above.
+	"UnknownVersionInteroperabilityProxy": false,
 }
 
 func setFeatureGates() error {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	utilwait "k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/server"
 )
@@ -32,14 +33,39 @@ func HealthcheckCommand() *cli.Command {
 			&cli.IntFlag{Name: "https-port", Value: 6443, EnvVars: []string{"KPLANE_HTTPS_PORT"},
 				Usage: "port the server listens on"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long"},
+			&cli.DurationFlag{Name: "wait", Usage: "keep checking a server that is not ready (yet) for up to this long (0: check once)"},
 		},
 		Action: func(c *cli.Context) error {
 			url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Int("https-port"))) + "/readyz"
+			caFile := filepath.Join(c.String("data-dir"), "tls", "ca.crt")
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			return checkReady(ctx, url, filepath.Join(c.String("data-dir"), "tls", "ca.crt"))
+			check := func(ctx context.Context) error { return checkReady(ctx, url, caFile) }
+			if c.Duration("wait") > 0 {
+				return retryUntilReady(ctx, c.Duration("wait"), check)
+			}
+			return check(ctx)
 		},
 	}
+}
+
+// retryUntilReady repeats check until it passes or wait (or ctx) runs out, and
+// then returns its last error. A container's health check waits this way:
+// the runtime runs the first check one interval after start, and a check
+// that failed because the server was a moment from ready would leave the
+// container unhealthy for another interval.
+func retryUntilReady(ctx context.Context, wait time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var last error
+	err := utilwait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		last = check(ctx)
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return last
+	}
+	return err
 }
 
 // checkReady GETs url, trusting only the CA in caFile.

@@ -52,13 +52,18 @@ func Setup(o Options) error {
 	return nil
 }
 
+// timestampFormat is RFC 3339 with milliseconds: start-up and shutdown
+// steps are a few to a few hundred milliseconds apart, and a log in whole
+// seconds cannot tell which of them took the time.
+const timestampFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // NewFormatter returns the logrus formatter for a --log-format value.
 func NewFormatter(format string) (logrus.Formatter, error) {
 	switch format {
 	case "", "text":
-		return &logrus.TextFormatter{FullTimestamp: true}, nil
+		return &logrus.TextFormatter{FullTimestamp: true, TimestampFormat: timestampFormat}, nil
 	case "json":
-		return &logrus.JSONFormatter{}, nil
+		return &logrus.JSONFormatter{TimestampFormat: timestampFormat}, nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

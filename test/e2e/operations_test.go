@@ -373,6 +373,16 @@ func testHealthcheck(t *testing.T, s *framework.Server, bin string) {
 	if err == nil || !strings.Contains(string(out), "not ready") {
 		t.Fatalf("healthcheck of no server must fail clearly: %v %q", err, out)
 	}
+	// The image's check (--wait) passes at once on a ready server, and
+	// fails as clearly once its wait is over when there is none.
+	out, err = exec.Command(bin, "healthcheck", "--wait", "4s", "--data-dir", s.DataDir, "--https-port", strconv.Itoa(s.Port)).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("healthcheck --wait of a ready server: %v %q", err, out)
+	}
+	out, err = exec.Command(bin, "healthcheck", "--wait", "1s", "--data-dir", s.DataDir, "--https-port", strconv.Itoa(port)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not ready") {
+		t.Fatalf("healthcheck --wait of no server must fail clearly: %v %q", err, out)
+	}
 }
 
 func testJSONLogs(t *testing.T, s *framework.Server, manifests string) {
