@@ -74,7 +74,9 @@ func New(config Config, client, routed kubernetes.Interface, inf *informers.Info
 	}
 	// A node is looked at when it is made: a plane's faults may be set
 	// before its first pod.
-	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: k.nodeChanged}); err != nil {
+	if _, err := k.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: k.nodeChanged, UpdateFunc: k.nodeUpdated,
+	}); err != nil {
 		return nil, err
 	}
 	if err := informers.AddPlaneIndex(k.pods); err != nil {

@@ -53,13 +53,24 @@ func (k *Kubelet) syncNode(ctx context.Context, name string) error {
 	if _, err := k.routed.CoreV1().Nodes().UpdateStatus(ctx, written, metav1.UpdateOptions{}); err != nil {
 		return ignoreGone(err, "writing the status of node", node.Name)
 	}
-	pods, _ := k.pods.GetIndexer().ByIndex(informers.NodeIndex, node.Name)
+	return nil
+}
+
+// nodeUpdated has a node's pods looked at again when its readiness
+// changed. It runs once the informer holds the new node, so the pods'
+// syncs read it (after the write, the informer may not have it yet).
+func (k *Kubelet) nodeUpdated(old, cur any) {
+	before, ok1 := old.(*corev1.Node)
+	after, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 || nodeReady(before) == nodeReady(after) {
+		return
+	}
+	pods, _ := k.pods.GetIndexer().ByIndex(informers.NodeIndex, after.Name)
 	for _, p := range pods {
 		if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
 			k.queue.Add(key)
 		}
 	}
-	return nil
 }
 
 // nodeReady reports whether node's Ready condition is True.
