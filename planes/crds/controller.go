@@ -131,8 +131,8 @@ func (c *Controller) sync(ctx context.Context, key crdKey) (time.Duration, error
 	return 0, c.updateStatus(ctx, key.plane, desired)
 }
 
-// acceptNames sets NamesAccepted (and Established, once the names are
-// accepted) on crd: its requested names are accepted unless another CRD of
+// acceptNames sets NamesAccepted (and Established, once the served copy
+// has its names accepted) on crd: its requested names are accepted unless another CRD of
 // the same group in the plane already holds one of them.
 func acceptNames(crd *apiextensionsv1.CustomResourceDefinition, others []*entry) {
 	requested := crd.Spec.Names
@@ -173,10 +173,16 @@ func acceptNames(crd *apiextensionsv1.CustomResourceDefinition, others []*entry)
 		}
 		return
 	}
+	accepted := apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted)
 	crd.Status.AcceptedNames = requested
 	apihelpers.SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
 		Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue, Reason: "NoConflicts", Message: "no conflicts found"})
-	if !apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established) {
+	// Established only once the index (which serves the resource) holds the
+	// accepted names: a client that waits for Established and then creates
+	// a custom resource must never get a 404. The first write comes back
+	// through the index and queues the CRD again, as upstream's naming
+	// controller hands over to its establishing controller.
+	if accepted && !apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established) {
 		apihelpers.SetCRDCondition(crd, apiextensionsv1.CustomResourceDefinitionCondition{
 			Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue, Reason: "InitialNamesAccepted", Message: "the initial names have been accepted"})
 	}

@@ -219,6 +219,11 @@ func (x *Index) Upsert(obj runtime.Object) {
 		return
 	}
 	hash := internalHash(internal)
+	if internalConversionByService(internal) {
+		// The Service is the plane's: its handler, with a resolver bound
+		// to the plane, is shared with no other plane.
+		hash += "@" + plane
+	}
 	x.mu.Lock()
 	spec, known := x.specs[hash]
 	x.mu.Unlock()
@@ -366,6 +371,14 @@ func internalHash(crd *apiextensionsinternal.CustomResourceDefinition) string {
 	data, _ := json.Marshal(crd.Spec)
 	sum := sha256.Sum256(append([]byte(crd.Name+"\x00"), data...))
 	return hex.EncodeToString(sum[:16])
+}
+
+// internalConversionByService tells whether crd converts through a
+// webhook named by a Service reference.
+func internalConversionByService(crd *apiextensionsinternal.CustomResourceDefinition) bool {
+	c := crd.Spec.Conversion
+	return c != nil && c.Strategy == apiextensionsinternal.WebhookConverter &&
+		c.WebhookClientConfig != nil && c.WebhookClientConfig.Service != nil
 }
 
 // toV1Meta converts everything of a CRD but its spec.

@@ -158,15 +158,6 @@ func (s *Server) serveResource(w http.ResponseWriter, req *http.Request, next ht
 		next.ServeHTTP(w, req)
 		return
 	}
-	if conversionByService(crd) {
-		// Planes with identical CRDs share one upstream handler and its
-		// converter, whose service resolver cannot be told the plane: a
-		// Service reference would resolve in no particular plane. A URL
-		// is the same in every plane.
-		s.writeError(w, req, gv, apierrors.NewBadRequest(fmt.Sprintf(
-			"%s uses webhook conversion by service reference, which kplane does not support yet; use spec.conversion.webhook.clientConfig.url", crd.Name)))
-		return
-	}
 	terminating := !crd.DeletionTimestamp.IsZero() || apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Terminating)
 	if terminating && info.Verb == "create" {
 		err := apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Verb)
@@ -237,12 +228,4 @@ func (s *Server) serveNonResource(w http.ResponseWriter, req *http.Request, next
 
 func (s *Server) writeError(w http.ResponseWriter, req *http.Request, gv schema.GroupVersion, err error) {
 	responsewriters.ErrorNegotiated(err, s.config.Serializer, gv, w, req)
-}
-
-// conversionByService tells whether crd converts through a webhook named
-// by a Service reference.
-func conversionByService(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	c := crd.Spec.Conversion
-	return c != nil && c.Strategy == apiextensionsv1.WebhookConverter &&
-		c.Webhook != nil && c.Webhook.ClientConfig != nil && c.Webhook.ClientConfig.Service != nil
 }

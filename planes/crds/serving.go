@@ -3,6 +3,7 @@ package crds
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -26,10 +27,12 @@ import (
 type HandlerConfig struct {
 	// Storage gives the plane-scoped custom-resource storage of one CRD
 	// content: storages are shared only by planes with identical CRDs.
-	Storage             func(content string) generic.RESTOptionsGetter
-	Admission           admission.Interface
-	Authorizer          authorizer.Authorizer
-	ServiceResolver     webhook.ServiceResolver
+	Storage    func(content string) generic.RESTOptionsGetter
+	Admission  admission.Interface
+	Authorizer authorizer.Authorizer
+	// ServiceResolver resolves the Services of conversion webhooks in one
+	// plane.
+	ServiceResolver     func(plane string) webhook.ServiceResolver
 	AuthResolverWrapper webhook.AuthenticationInfoResolverWrapper
 	RequestTimeout      time.Duration
 	MinRequestTimeout   time.Duration
@@ -100,7 +103,7 @@ func (h *handlers) get(e *entry) (*instance, error) {
 		h.config.Storage(e.hash),
 		h.config.Admission,
 		nil, // establishing is decided per plane by the Controller
-		h.config.ServiceResolver,
+		h.serviceResolver(e),
 		h.config.AuthResolverWrapper,
 		1,
 		h.config.Authorizer,
@@ -115,6 +118,33 @@ func (h *handlers) get(e *entry) (*instance, error) {
 	in := &instance{handler: handler, source: source}
 	h.byHash[e.hash] = in
 	return in, nil
+}
+
+// serviceResolver is what e's handler resolves conversion webhook
+// Services with: a CRD that names one has a handler of its own plane
+// (its content hash carries the plane), so the plane's resolver; other
+// handlers are shared by planes and resolve nothing.
+func (h *handlers) serviceResolver(e *entry) webhook.ServiceResolver {
+	if conversionByService(e.crd) {
+		return h.config.ServiceResolver(e.plane)
+	}
+	return noServiceResolver{}
+}
+
+// noServiceResolver is the resolver of handlers shared by planes: their
+// CRDs convert by URL, if at all.
+type noServiceResolver struct{}
+
+func (noServiceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
+	return nil, fmt.Errorf("service %s/%s: a CRD handler shared by planes resolves no Service", namespace, name)
+}
+
+// conversionByService tells whether crd converts through a webhook named
+// by a Service reference.
+func conversionByService(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	c := crd.Spec.Conversion
+	return c != nil && c.Strategy == apiextensionsv1.WebhookConverter &&
+		c.Webhook != nil && c.Webhook.ClientConfig != nil && c.Webhook.ClientConfig.Service != nil
 }
 
 // release tears down the handler of a content hash no CRD uses anymore:

@@ -11,7 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/util/webhook"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	planestorage "kplane.dev/kplane/planes/storage"
 )
 
 var (
@@ -125,4 +128,11 @@ func selected[T interface {
 		}
 	}
 	return out, nil
+}
+
+// NewServiceResolver resolves Services of plane through its Service and
+// EndpointSlices in the shared watch caches of registry: conversion
+// webhooks named by a Service reference are called this way.
+func NewServiceResolver(registry *planestorage.Registry, plane string) webhook.ServiceResolver {
+	return serviceResolver{objects{registry: registry, plane: plane}}
 }

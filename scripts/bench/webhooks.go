@@ -133,8 +133,8 @@ func webhooksScenario(binary string, p webhooksParams) (Result, error) {
 				figures["no_webhook_p50_ms"], figures["one_webhook_p50_ms"], figures["no_webhook_p99_ms"], figures["one_webhook_p99_ms"]),
 			fmt.Sprintf("while %d creates of one plane wait %s in its webhook, another plane's create p99 is %.2f ms, %.2fx its %.2f ms before (the bound is 2x)",
 				p.SlowCalls, p.SlowFor, figures["other_during_slow_p99_ms"], figures["other_p99_ratio"], figures["other_before_p99_ms"]),
-			fmt.Sprintf("RSS per plane with one webhook configuration (called once) %.1f KiB, without %.1f KiB",
-				figures["rss_kib_per_plane_with_webhook"], figures["rss_kib_per_plane_without"]),
+			fmt.Sprintf("RSS per plane with one webhook configuration (called once) %.1f KiB, with one webhook and one VAP %.1f KiB, without %.1f KiB",
+				figures["rss_kib_per_plane_with_webhook"], figures["rss_kib_per_plane_with_webhook_and_vap"], figures["rss_kib_per_plane_without"]),
 		},
 	}, nil
 }
@@ -240,34 +240,42 @@ func slowWebhookIsolation(s *server, hook *benchHook, p webhooksParams, figures 
 }
 
 // webhookMemory sets up Planes planes without webhooks, then Planes planes
-// with one (each called once, so its plugin is built), reading the
-// server's RSS after a forced GC before and after each half.
+// with one (each called once, so its plugin is built), then Planes planes
+// with one webhook and one ValidatingAdmissionPolicy, reading the server's
+// RSS after a forced GC before and after each third.
 func webhookMemory(s *server, hook *benchHook, p webhooksParams, figures map[string]float64) error {
-	rss0, _, err := settle(s)
-	if err != nil {
-		return err
+	phases := []struct {
+		prefix string
+		admit  planeAdmission
+		figure string
+	}{
+		{"wh-plain", planeAdmission{}, "rss_kib_per_plane_without"},
+		{"wh-hooked", planeAdmission{webhook: true}, "rss_kib_per_plane_with_webhook"},
+		{"wh-both", planeAdmission{webhook: true, vap: true}, "rss_kib_per_plane_with_webhook_and_vap"},
 	}
-	if err := setupPlanes(s, hook, "wh-plain", p, false); err != nil {
-		return err
-	}
-	rss1, _, err := settle(s)
-	if err != nil {
-		return err
-	}
-	if err := setupPlanes(s, hook, "wh-hooked", p, true); err != nil {
-		return err
-	}
-	rss2, _, err := settle(s)
+	before, _, err := settle(s)
 	if err != nil {
 		return err
 	}
 	const kib = 1 << 10
-	figures["rss_kib_per_plane_without"] = (rss1 - rss0) / kib / float64(p.Planes)
-	figures["rss_kib_per_plane_with_webhook"] = (rss2 - rss1) / kib / float64(p.Planes)
+	for _, phase := range phases {
+		if err := setupPlanes(s, hook, phase.prefix, p, phase.admit); err != nil {
+			return err
+		}
+		after, _, err := settle(s)
+		if err != nil {
+			return err
+		}
+		figures[phase.figure] = (after - before) / kib / float64(p.Planes)
+		before = after
+	}
 	return nil
 }
 
-func setupPlanes(s *server, hook *benchHook, prefix string, p webhooksParams, withHook bool) error {
+// planeAdmission is what setupPlanes gives each plane.
+type planeAdmission struct{ webhook, vap bool }
+
+func setupPlanes(s *server, hook *benchHook, prefix string, p webhooksParams, admit planeAdmission) error {
 	ctx := context.Background()
 	work := make(chan int)
 	errs := make(chan error, p.Workers)
@@ -278,8 +286,11 @@ func setupPlanes(s *server, hook *benchHook, prefix string, p webhooksParams, wi
 			defer wg.Done()
 			for i := range work {
 				c, err := s.client(fmt.Sprintf("%s-%d", prefix, i))
-				if err == nil && withHook {
+				if err == nil && admit.webhook {
 					err = hook.register(ctx, c, "/allow", 10)
+				}
+				if err == nil && admit.vap {
+					err = addBenchVAP(ctx, c)
 				}
 				// The webhook's plugin is built by the plane's first request
 				// after its configuration shows in the cache: two creates,

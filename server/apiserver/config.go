@@ -271,6 +271,10 @@ func controlPlaneConfig(completed cpoptions.CompletedOptions, genericConfig *gen
 	// for all but one: none is served, and without an issuer URL upstream
 	// says so at info level instead of reporting an error.
 	controlPlane.ServiceAccountIssuerURL = ""
+	// Every plane's system namespaces are written by its bootstrap. The
+	// upstream controller would wait on an informer of the never-started
+	// informer factory and log an error at every stop.
+	controlPlane.SystemNamespaces = nil
 	// Only the storage getters are taken from the apiextensions config: CRDs
 	// are served per plane by planes/crds, not by the upstream CRD server.
 	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*genericConfig, informers, nil, completed, 1,

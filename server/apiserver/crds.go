@@ -23,6 +23,7 @@ import (
 	"kplane.dev/kplane/manifests"
 	"kplane.dev/kplane/planes/crds"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/webhooks"
 )
 
 // crdGetters are the upstream storage getters of apiextensions: one for
@@ -56,9 +57,11 @@ func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) 
 			Storage: func(content string) generic.RESTOptionsGetter {
 				return c.storage.WrapCustom(c.crdGetters.customResources, content)
 			},
-			Admission:           shared.AdmissionControl,
-			Authorizer:          shared.Authorization.Authorizer,
-			ServiceResolver:     noServiceResolver{},
+			Admission:  shared.AdmissionControl,
+			Authorizer: shared.Authorization.Authorizer,
+			ServiceResolver: func(plane string) webhook.ServiceResolver {
+				return webhooks.NewServiceResolver(c.storage, plane)
+			},
 			AuthResolverWrapper: c.webhooks.egress.ResolverWrapper(),
 			RequestTimeout:      shared.RequestTimeout,
 			MinRequestTimeout:   secondsToDuration(shared.MinRequestTimeout),
@@ -103,13 +106,13 @@ func rootOwnGroups() (map[string]sets.Set[string], error) {
 	return own, nil
 }
 
-// noServiceResolver refuses to resolve Services: CRD handlers are shared by
-// planes with identical CRDs and cannot tell in which plane to resolve
-// (conversion webhooks by Service reference answer a clear error first).
+// noServiceResolver is the resolver of the upstream apiextensions config,
+// of which only the storage getters are used: CRD handlers get a resolver
+// of their plane from planes/crds.
 type noServiceResolver struct{}
 
 func (noServiceResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
-	return nil, fmt.Errorf("service %s/%s: conversion webhooks by service reference are not supported; use a URL", namespace, name)
+	return nil, fmt.Errorf("service %s/%s: not resolved outside a plane", namespace, name)
 }
 
 func identityAuthResolverWrapper(r webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {

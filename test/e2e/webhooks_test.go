@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -756,8 +755,7 @@ func convertedCRD(client apiextensionsv1.WebhookClientConfig) *apiextensionsv1.C
 
 // TestConversionWebhookPerPlane: a multi-version CRD converts through its
 // webhook on the test's localhost, each plane through the webhook its own
-// CRD names; a conversion webhook named by a Service reference answers a
-// clear error.
+// CRD names.
 func TestConversionWebhookPerPlane(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -813,17 +811,55 @@ func TestConversionWebhookPerPlane(t *testing.T) {
 		}
 		return nil
 	})
+}
 
-	// By Service reference: refused with why, nothing stored.
-	c := uniquePlane(t, "conv-svc")
-	createEstablished(ctx, t, shared, c, convertedCRD(apiextensionsv1.WebhookClientConfig{
-		Service: &apiextensionsv1.ServiceReference{Namespace: "default", Name: "converter", Path: ptr.To("/convert")}, CABundle: hook.caBundle}))
-	_, err := shared.Dynamic(t, c).Resource(gvr("v1")).Namespace("default").List(ctx, metav1.ListOptions{})
-	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "use spec.conversion.webhook.clientConfig.url") {
-		t.Fatalf("conversion by service reference: got %v, want 400 naming clientConfig.url", err)
+// TestConversionWebhookByService: a conversion webhook named by a Service
+// reference resolves through the Service and EndpointSlices of the CRD's
+// own plane. Two planes hold the identical CRD; only one has the Service,
+// and only that one converts.
+func TestConversionWebhookByService(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ip := hostAddress(t)
+	hook := startHookServerOn(t, ip)
+	withService, without := uniquePlane(t, "conv-svc"), uniquePlane(t, "conv-nosvc")
+	client := apiextensionsv1.WebhookClientConfig{
+		Service:  &apiextensionsv1.ServiceReference{Namespace: "webhooks", Name: "hook", Path: ptr.To("/convert/by-service"), Port: ptr.To[int32](443)},
+		CABundle: hook.caBundle}
+	for _, plane := range []string{withService, without} {
+		quotaNamespace(t, shared.Client(t, plane), "webhooks")
+		createEstablished(ctx, t, shared, plane, convertedCRD(client))
 	}
-	if _, err := apiextensionsclient.NewForConfigOrDie(shared.RESTConfig(c)).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, "gadgets.conv.example.org", metav1.GetOptions{}); err != nil {
+	registerHookService(t, shared.Client(t, withService), ip, hook.port)
+	gvr := func(v string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "conv.example.org", Version: v, Resource: "gadgets"}
+	}
+	gadget := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "conv.example.org/v2", "kind": "Gadget",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"colour": "blue"}}}
+	}
+	d := shared.Dynamic(t, withService)
+	framework.Eventually(t, framework.DefaultTimeout, "creating a v2 Gadget through the Service", func(ctx context.Context) error {
+		_, err := d.Resource(gvr("v2")).Namespace("default").Create(ctx, gadget("g"), metav1.CreateOptions{})
+		return err
+	})
+	stored, err := d.Resource(gvr("v1")).Namespace("default").Get(ctx, "g", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if color, _, _ := unstructured.NestedString(stored.Object, "spec", "color"); color != "blue" {
+		t.Fatalf("v1: spec %v, want color blue", stored.Object["spec"])
+	}
+	if len(hook.callsTo("/convert/by-service")) == 0 {
+		t.Fatal("the conversion webhook behind the Service was not called")
+	}
+	calls := len(hook.callsTo("/convert/by-service"))
+	_, err = shared.Dynamic(t, without).Resource(gvr("v2")).Namespace("default").Create(ctx, gadget("g"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "webhooks/hook") {
+		t.Fatalf("plane %s without the Service: got %v, want a conversion failure naming Service webhooks/hook", without, err)
+	}
+	if now := len(hook.callsTo("/convert/by-service")); now != calls {
+		t.Fatalf("plane %s's conversion reached plane %s's Service", without, withService)
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1alpha1 "kplane.dev/kplane/examples/rayserve-operator/api/v1alpha1"
+	servingv1beta1 "kplane.dev/kplane/examples/rayserve-operator/api/v1beta1"
 	"kplane.dev/kplane/examples/rayserve-operator/internal/controller"
+	"kplane.dev/kplane/examples/rayserve-operator/internal/webhook"
 )
 
 func main() {
@@ -33,6 +35,7 @@ func main() {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(servingv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(servingv1beta1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
@@ -47,6 +50,14 @@ func main() {
 	if err := (&controller.RayServeReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "creating the controller")
 		os.Exit(1)
+	}
+	// As kubebuilder scaffolds it: ENABLE_WEBHOOKS=false runs the
+	// controller alone (no serving certificate needed).
+	if os.Getenv("ENABLE_WEBHOOKS") != "false" {
+		if err := webhook.Setup(mgr); err != nil {
+			log.Error(err, "creating the webhooks")
+			os.Exit(1)
+		}
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))

@@ -9,14 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
@@ -27,6 +25,7 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // FieldManager is the manager of the rules this controller writes, the
@@ -95,36 +94,23 @@ func (c *Controller) changed(plane string) {
 // ones already filled in: aggregating before it is done would apply rules
 // from part of them, then apply again.
 func (c *Controller) Run(ctx context.Context, phases Phases) {
-	defer c.queue.ShutDown()
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { c.worker(ctx, phases) }, time.Second)
-	}
-	<-ctx.Done()
+	workers.Run(ctx, c.queue, c.config.Workers, "clusterrole aggregation", func(ctx context.Context, plane string) error {
+		return c.syncPlane(ctx, plane, phases)
+	})
 }
 
-func (c *Controller) worker(ctx context.Context, phases Phases) {
-	for {
-		plane, quit := c.queue.Get()
-		if quit {
-			return
+// syncPlane aggregates plane's ClusterRoles once its phase is due.
+func (c *Controller) syncPlane(ctx context.Context, plane string, phases Phases) error {
+	if wait := c.due(plane, phases); wait != 0 {
+		if wait > 0 {
+			c.queue.AddAfter(plane, wait)
 		}
-		if wait := c.due(plane, phases); wait != 0 {
-			c.queue.Done(plane)
-			c.queue.Forget(plane)
-			if wait > 0 {
-				c.queue.AddAfter(plane, wait)
-			}
-			continue
-		}
-		err := c.sync(planes.WithPlane(ctx, plane))
-		c.queue.Done(plane)
-		if err == nil || lifecycle.Refused(err) {
-			c.queue.Forget(plane)
-			continue
-		}
-		logrus.WithError(err).WithField("plane", plane).Debug("clusterrole aggregation retries")
-		c.queue.AddRateLimited(plane)
+		return nil
 	}
+	if err := c.sync(planes.WithPlane(ctx, plane)); !lifecycle.Refused(err) {
+		return err
+	}
+	return nil
 }
 
 // due returns 0 when plane is to be synced now, how long to wait when it

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -25,6 +23,7 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // Resolver maps what an ownerReference names to resources of a plane.
@@ -185,35 +184,23 @@ func (c *Collector) Run(ctx context.Context) {
 		return
 	}
 	logrus.WithField("dependents", c.graph.size()).Debug("garbage collector graph synced")
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
+	workers.Run(ctx, c.queue, c.config.Workers, "garbage collection", c.syncTask)
 }
 
-func (c *Collector) worker(ctx context.Context) {
-	for {
-		t, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		pctx := planes.WithPlane(ctx, t.plane)
-		var err error
-		switch t.op {
-		case attempt:
-			err = c.attemptToDelete(pctx, t.object)
-		case owner:
-			err = c.processOwner(pctx, t.object)
-		}
-		c.queue.Done(t)
-		if err == nil || lifecycle.Refused(err) || apierrors.IsNotFound(err) {
-			c.queue.Forget(t)
-			continue
-		}
-		logrus.WithError(err).WithFields(logrus.Fields{"plane": t.plane, "resource": t.resource.String(),
-			"namespace": t.namespace, "name": t.name}).Debug("garbage collection retries")
-		c.queue.AddRateLimited(t)
+// syncTask runs one task; an object or plane that is gone is done with.
+func (c *Collector) syncTask(ctx context.Context, t task) error {
+	pctx := planes.WithPlane(ctx, t.plane)
+	var err error
+	switch t.op {
+	case attempt:
+		err = c.attemptToDelete(pctx, t.object)
+	case owner:
+		err = c.processOwner(pctx, t.object)
 	}
+	if lifecycle.Refused(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // ownerState is what a dependent learns about one of its owners.

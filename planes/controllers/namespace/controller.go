@@ -7,13 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -23,6 +21,7 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // Key names a namespace of a plane.
@@ -144,37 +143,24 @@ func (c *Controller) ForgetPlane(plane string) {
 
 // Run processes namespaces until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
-	defer c.queue.ShutDown()
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
+	workers.Run(ctx, c.queue, c.config.Workers, "namespace deletion", c.syncKey)
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		c.queue.Done(key)
-		var remaining *deletion.ResourcesRemainingError
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case errors.As(err, &remaining):
-			// Content with finalizers or graceful deletion: look again when
-			// upstream would, but never later than its estimate.
-			c.queue.AddAfter(key, time.Duration(remaining.Estimate/2+1)*time.Second)
-		case lifecycle.Refused(err):
-			// The plane is being deleted or is gone: its wipe takes over.
-			c.queue.Forget(key)
-		default:
-			logrus.WithError(err).WithFields(logrus.Fields{"plane": key.Plane, "namespace": key.Name}).Debug("namespace deletion retries")
-			c.queue.AddRateLimited(key)
-		}
+// syncKey deletes one namespace's content as far as it can now.
+func (c *Controller) syncKey(ctx context.Context, key Key) error {
+	err := c.sync(ctx, key)
+	var remaining *deletion.ResourcesRemainingError
+	switch {
+	case errors.As(err, &remaining):
+		// Content with finalizers or graceful deletion: look again when
+		// upstream would, but never later than its estimate.
+		c.queue.AddAfter(key, time.Duration(remaining.Estimate/2+1)*time.Second)
+		return nil
+	case lifecycle.Refused(err):
+		// The plane is being deleted or is gone: its wipe takes over.
+		return nil
 	}
+	return err
 }
 
 func (c *Controller) sync(ctx context.Context, key Key) error {

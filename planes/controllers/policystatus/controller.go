@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 	"k8s.io/apiserver/pkg/storage"
@@ -29,6 +26,7 @@ import (
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // ControllerName is upstream's field manager of the status.
@@ -101,29 +99,17 @@ func (c *Controller) Delete(schema.GroupResource, runtime.Object) {}
 
 // Run processes policies until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
-	defer c.queue.ShutDown()
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
+	workers.Run(ctx, c.queue, c.config.Workers, "admission policy status", c.syncKey)
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(planes.WithPlane(ctx, key.Plane), key)
-		c.queue.Done(key)
-		if err == nil || apierrors.IsNotFound(err) || lifecycle.Refused(err) {
-			c.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithFields(logrus.Fields{"plane": key.Plane, "policy": key.Name}).
-			Debug("admission policy status sync retries")
-		c.queue.AddRateLimited(key)
+// syncKey syncs one policy's status; a policy or plane that is gone has
+// nothing left to sync.
+func (c *Controller) syncKey(ctx context.Context, key Key) error {
+	err := c.sync(planes.WithPlane(ctx, key.Plane), key)
+	if apierrors.IsNotFound(err) || lifecycle.Refused(err) {
+		return nil
 	}
+	return err
 }
 
 // sync is upstream's reconcile: check the policy as it is now, apply the

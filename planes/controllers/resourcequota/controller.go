@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +28,7 @@ import (
 	"kplane.dev/kplane/planes/lifecycle"
 	planequota "kplane.dev/kplane/planes/quota"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 // resyncPeriod is upstream's --resource-quota-sync-period: every quota is
@@ -229,10 +229,7 @@ func (c *Controller) ForgetPlane(plane string) {
 
 // Run processes quotas until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
-	defer c.queue.ShutDown()
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
+	go workers.Run(ctx, c.queue, c.config.Workers, "resource quota", c.syncKey)
 	wait.UntilWithContext(ctx, func(context.Context) { c.resyncAll() }, resyncPeriod)
 }
 
@@ -246,22 +243,14 @@ func (c *Controller) resyncAll() {
 	}
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(planes.WithPlane(ctx, key.Plane), key)
-		c.queue.Done(key)
-		if err == nil || apierrors.IsNotFound(err) || lifecycle.Refused(err) {
-			c.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithFields(logrus.Fields{"plane": key.Plane, "namespace": key.Namespace, "quota": key.Name}).
-			Debug("resource quota sync retries")
-		c.queue.AddRateLimited(key)
+// syncKey syncs one quota's status; a quota or plane that is gone has
+// nothing left to sync.
+func (c *Controller) syncKey(ctx context.Context, key Key) error {
+	err := c.sync(planes.WithPlane(ctx, key.Plane), key)
+	if apierrors.IsNotFound(err) || lifecycle.Refused(err) {
+		return nil
 	}
+	return err
 }
 
 // sync is upstream's syncResourceQuota on the plane's objects in the

@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,6 +20,7 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	planestorage "kplane.dev/kplane/planes/storage"
+	"kplane.dev/kplane/planes/workers"
 )
 
 const (
@@ -110,28 +108,16 @@ func (c *Controller) Delete(r schema.GroupResource, obj runtime.Object) {
 
 // Run processes namespaces until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
-	defer c.queue.ShutDown()
-	for i := 0; i < c.config.Workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
+	workers.Run(ctx, c.queue, c.config.Workers, "service account", c.syncKey)
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(planes.WithPlane(ctx, key.Plane), key)
-		c.queue.Done(key)
-		if err == nil || gone(err) {
-			c.queue.Forget(key)
-			continue
-		}
-		logrus.WithError(err).WithFields(logrus.Fields{"plane": key.Plane, "namespace": key.Namespace}).Debug("service account sync retries")
-		c.queue.AddRateLimited(key)
+// syncKey syncs one namespace's service account; a namespace or plane on
+// its way out needs none.
+func (c *Controller) syncKey(ctx context.Context, key Key) error {
+	if err := c.sync(planes.WithPlane(ctx, key.Plane), key); !gone(err) {
+		return err
 	}
+	return nil
 }
 
 // gone is an error that retrying cannot fix: the namespace or plane went

@@ -22,6 +22,10 @@
 // RunLabel with the Env's run id; Stop deletes whatever planes of the run
 // are left.
 //
+// WithWebhooks gives a plane the admission and conversion webhooks a test
+// serves itself on localhost (PlaneHandle.Webhook), as envtest's
+// WebhookInstallOptions does for its one cluster.
+//
 // The package depends on client-go and apimachinery only: a test binary
 // that uses it does not link the kplane server.
 package kplanetest

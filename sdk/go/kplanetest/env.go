@@ -110,6 +110,7 @@ type Env struct {
 
 	crdTemplating bool
 	templates     crdTemplates
+	webhookCert   webhookCert
 
 	waitForDeletion bool
 }
@@ -348,6 +349,7 @@ func (e *Env) Stop() error {
 		errs = append(errs, e.deletePlanes(ctx, members)...)
 		errs = append(errs, e.deletePlanes(ctx, templates)...)
 	}
+	errs = append(errs, e.webhookCert.remove())
 	if e.proc != nil {
 		e.proc.stop()
 		errs = append(errs, os.RemoveAll(e.proc.dataDir))

@@ -463,3 +463,23 @@ func TestPlaneIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestBadWebhookOptions: what WithWebhooks cannot use is an error naming
+// it, before any plane exists.
+func TestBadWebhookOptions(t *testing.T) {
+	env := Default()
+	_, err := env.CreatePlane(context.Background(), WithWebhooks(WebhookOptions{Paths: []string{"testdata/nope"}}))
+	if err == nil || !strings.Contains(err.Error(), "testdata/nope") {
+		t.Errorf("missing webhook path: %v", err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"), 0o600)
+	_, err = env.CreatePlane(context.Background(), WithWebhooks(WebhookOptions{Paths: []string{dir}}))
+	if err == nil || !strings.Contains(err.Error(), "ConfigMap") {
+		t.Errorf("a ConfigMap among the webhook configurations: %v", err)
+	}
+	_, err = env.CreatePlane(context.Background(), WithWebhooks(WebhookOptions{ConversionCRDs: []string{"gadgets.example.com"}}))
+	if err == nil || !strings.Contains(err.Error(), "gadgets.example.com") {
+		t.Errorf("conversion for a CRD the plane does not have: %v", err)
+	}
+}

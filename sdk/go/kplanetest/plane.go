@@ -29,7 +29,10 @@ type PlaneHandle struct {
 	ID string
 	// Config is an admin client config of the plane (cluster-admin there).
 	Config *rest.Config
-	env    *Env
+	// Webhook is where the test serves the plane's webhooks (WithWebhooks),
+	// nil without them.
+	Webhook *WebhookServer
+	env     *Env
 }
 
 // PlaneOption changes one plane of NewPlane or CreatePlane.
@@ -40,6 +43,7 @@ type planeSettings struct {
 	template string
 	labels   map[string]string
 	crds     []*unstructured.Unstructured
+	webhooks *planeWebhooks
 }
 
 // WithTemplate starts the plane from template plane id: the Plane's
@@ -118,7 +122,7 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 	}
 	// A plane made ahead of time fits unless the options ask for more
 	// than the Env's CRDs.
-	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 {
+	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 && s.webhooks == nil {
 		if p := e.pool.take(); p != nil {
 			return p, nil
 		}
@@ -128,17 +132,27 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 
 func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, error) {
 	crds := append(append([]*unstructured.Unstructured{}, e.crds...), s.crds...)
+	p := &PlaneHandle{ID: e.planeID(s.test), env: e}
+	if s.webhooks != nil {
+		var err error
+		if p.Webhook, err = e.newWebhookServer(); err != nil {
+			return nil, err
+		}
+		if crds, err = s.webhooks.convertedCRDs(crds, p.Webhook); err != nil {
+			return nil, err
+		}
+	}
 	// Inherited CRDs need only to be served; a template of the caller's
-	// own wins, and the CRDs are installed over it.
+	// own wins, and the CRDs are installed over it. CRDs converted by the
+	// test's own server are the plane's own.
 	inherited := false
-	if len(crds) > 0 && s.template == "" && e.crdTemplating {
+	if len(crds) > 0 && s.template == "" && e.crdTemplating && s.webhooks == nil {
 		template, err := e.crdTemplate(ctx, crds)
 		if err != nil {
 			return nil, err
 		}
 		s.template, inherited = template, true
 	}
-	p := &PlaneHandle{ID: e.planeID(s.test), env: e}
 	// Strict: a server that does not know a field (spec.template before
 	// templates) refuses it by name instead of dropping it silently.
 	strict := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
@@ -146,7 +160,11 @@ func (e *Env) createPlane(ctx context.Context, s planeSettings) (*PlaneHandle, e
 		return nil, fmt.Errorf("kplanetest: creating plane %s: %w", p.ID, err)
 	}
 	p.Config = e.planeConfig(p.ID)
-	if err := p.prepare(ctx, crds, inherited); err != nil {
+	err := p.prepare(ctx, crds, inherited)
+	if err == nil && s.webhooks != nil {
+		err = p.installWebhooks(ctx, s.webhooks)
+	}
+	if err != nil {
 		delCtx, cancel := context.WithTimeout(context.Background(), PlaneTimeout)
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("kplanetest: plane %s: %w", p.ID, err), e.deletePlane(delCtx, p.ID, true))
@@ -179,6 +197,16 @@ func (p *PlaneHandle) prepare(ctx context.Context, crds []*unstructured.Unstruct
 	}
 	_, err = client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
 	return err
+}
+
+// installWebhooks creates the plane's webhook configurations, pointed at
+// its WebhookServer.
+func (p *PlaneHandle) installWebhooks(ctx context.Context, hooks *planeWebhooks) error {
+	client, err := kubernetes.NewForConfig(p.Config)
+	if err != nil {
+		return err
+	}
+	return hooks.install(ctx, client, p.Webhook)
 }
 
 func (e *Env) planeObject(id string, s planeSettings) *unstructured.Unstructured {
