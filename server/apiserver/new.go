@@ -64,13 +64,16 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
 	c.bindPolicies(genericControllers)
-	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
+	sim, err := newSimulation(c.config.Profile, c.config.Simulation, loopbackConfig, c.storage)
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
-	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics,
-			c.webhooks.validating, c.webhooks.mutating, c.policies}, sim))
+	forget := []lifecycle.Forgetter{customResources, genericControllers, c.metrics,
+		c.webhooks.validating, c.webhooks.mutating, c.policies}
+	if core.Services != nil {
+		forget = append(forget, core.Services)
+	}
+	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(forget, sim))
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +138,9 @@ func (c CompletedConfig) installAPIs(server *controlplaneapiserver.Server, loopb
 		loopback:   loopback.Routed(loopbackConfig),
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
 		services:   servicesConfig(c.config),
+		workloads:  !c.config.Profile.Generic(),
 	}
-	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
+	providers, err := storageProviders(c.controlPlane, c.config.Profile, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +166,7 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 		ServiceIP:   serviceIP,
 		ServicePort: int32(c.config.Port),
 		Policy:      c.config.PlaneBootstrap,
+		NoService:   core.Services == nil,
 	}), nil
 }
 
