@@ -185,6 +185,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
 	}
 	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
+	// New installs the OpenAPI documents, v2 built on its first request.
+	genericConfig.SkipOpenAPIInstallation = true
 	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
 	if err := c.configureAuth(genericConfig, stores); err != nil {
 		return CompletedConfig{}, err

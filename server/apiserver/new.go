@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
@@ -52,6 +53,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every API group is installed: the OpenAPI documents can describe
+	// them (planes' CRDs are merged in per plane on request).
+	gc := c.controlPlane.Generic.Config
+	customResources.SetStaticOpenAPI(installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config).V2)
 	boot, err := c.newBootstrapper(core)
 	if err != nil {
 		return nil, err
@@ -293,6 +298,10 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		}()
 		return nil
 	})
+	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(ctx genericapiserver.PostStartHookContext) error {
+		go releaseStartupMemory(ctx, s)
+		return nil
+	})
 	server.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
 		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
 			return err
@@ -301,6 +310,23 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		return waitFor(ctx, s.fleets.HasSynced)
 	})
 	return nil
+}
+
+// releaseStartupMemory returns the heap that building the server and
+// loading the planes left free to the operating system, once the planes
+// are loaded: the runtime would otherwise keep it for minutes (its
+// scavenger returns memory slowly), and an idle server would hold about
+// twice its live heap.
+func releaseStartupMemory(ctx context.Context, s components) {
+	if waitFor(ctx, s.planes.HasSynced) != nil {
+		return
+	}
+	select {
+	case <-s.customResources.HasSynced():
+	case <-ctx.Done():
+		return
+	}
+	debug.FreeOSMemory()
 }
 
 // addManifestsHook keeps --manifests-dir applied. Readiness waits for the
