@@ -69,7 +69,15 @@ func measureProfile(binary string, args []string, stored []int, workers int, pre
 	if err != nil {
 		return err
 	}
-	defer func() { s.stop() }()
+	// s is the running server: each restart replaces it, and a failed
+	// restart leaves nothing running but the data dir to remove.
+	dir := s.dir
+	defer func() {
+		if s != nil {
+			s.stop()
+		}
+		os.RemoveAll(dir)
+	}()
 	figures[prefix+"start_to_ready_s"] = s.ready.Seconds()
 	empty, err := readMemory(s)
 	if err != nil {

@@ -31,6 +31,8 @@ type server struct {
 	ca      []byte
 	started time.Time
 	ready   time.Duration
+	// args are the caller's flags, which a restart passes again.
+	args []string
 }
 
 func startServer(binary string, args ...string) (*server, error) {
@@ -59,7 +61,7 @@ func startServerIn(binary, dir string, port int, args ...string) (*server, error
 		"--https-port", strconv.Itoa(port), "--enable-profiling"}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	s := &server{cmd: cmd, dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), started: time.Now()}
+	s := &server{cmd: cmd, dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), started: time.Now(), args: args}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -179,10 +181,7 @@ func (s *server) restart() (*server, error) {
 	if _, err := fmt.Sscanf(s.url, "https://127.0.0.1:%d", &port); err != nil {
 		return nil, err
 	}
-	args := s.cmd.Args[1:]
-	// The flags startServerIn adds come first: keep only the caller's.
-	const own = 8 // server --data-dir D --bind-address A --https-port P --enable-profiling
-	return startServerIn(s.cmd.Path, s.dir, port, args[own:]...)
+	return startServerIn(s.cmd.Path, s.dir, port, s.args...)
 }
 
 func memoryGiB() int {

@@ -73,11 +73,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
-	forget := []lifecycle.Forgetter{customResources, genericControllers, c.metrics,
-		c.webhooks.validating, c.webhooks.mutating, c.policies}
+	var forget []lifecycle.Forgetter
 	if core.Services != nil {
 		forget = append(forget, core.Services)
 	}
+	forget = append(forget, customResources, genericControllers, c.metrics,
+		c.webhooks.validating, c.webhooks.mutating, c.policies)
 	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(forget, sim))
 	if err != nil {
 		return nil, err

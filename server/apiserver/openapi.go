@@ -41,6 +41,8 @@ func installOpenAPI(server *genericapiserver.GenericAPIServer, v2 *openapicommon
 	return docs
 }
 
+// build makes the v2 document once, on a mux of its own: the server's
+// mux has /openapi/v2 routed to d already.
 func (d *openAPIDocuments) build() {
 	d.once.Do(func() {
 		m := mux.NewPathRecorderMux("openapi-v2")
@@ -49,6 +51,8 @@ func (d *openAPIDocuments) build() {
 	})
 }
 
+// ServeHTTP serves /openapi/v2, building the document on the first
+// request (the request waits for it).
 func (d *openAPIDocuments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.build()
 	d.handler.ServeHTTP(w, r)

@@ -21,9 +21,6 @@ const (
 	ProfileGeneric Profile = "generic"
 )
 
-// Profiles are the accepted values of --profile.
-var Profiles = []Profile{ProfileFull, ProfileGeneric}
-
 // ParseProfile reads --profile; empty is full.
 func ParseProfile(s string) (Profile, error) {
 	switch Profile(s) {
