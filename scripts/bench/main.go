@@ -65,7 +65,7 @@ func main() {
 	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	churnSettle := flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, container: the bare binary)")
+	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, container: the bare binary, profiles: its empty server)")
 	gotestExample := flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	gotestPlanes := flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")

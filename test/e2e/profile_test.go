@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -300,6 +301,24 @@ func genericServiceAccounts(t *testing.T, s *framework.Server) {
 	}
 	if got, want := review.Status.UserInfo.Username, "system:serviceaccount:team:default"; got != want {
 		t.Errorf("the token authenticates as %q, want %q", got, want)
+	}
+
+	// A token binds to a Secret; there are no Pods to bind it to.
+	secret, err := c.CoreV1().Secrets("team").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "holder"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := func(kind, name string, uid types.UID) error {
+		_, err := c.CoreV1().ServiceAccounts("team").CreateToken(ctx, "default", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
+				Kind: kind, APIVersion: "v1", Name: name, UID: uid}}}, metav1.CreateOptions{})
+		return err
+	}
+	if err := bound("Secret", secret.Name, secret.UID); err != nil {
+		t.Errorf("a token bound to a Secret: %v", err)
+	}
+	if err := bound("Pod", "p", ""); !apierrors.IsNotFound(err) {
+		t.Errorf("a token bound to a Pod: want 404, got %v", err)
 	}
 }
 
