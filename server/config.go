@@ -193,6 +193,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	policy, _ := bootstrap.ParsePolicy(c.Options.PlaneBootstrap)
+	profile, _ := apiserver.ParseProfile(c.Options.Profile)
 	sim, _ := c.Options.simulationOptions()
 	apiConfig := &apiserver.Config{
 		BindAddress:       c.BindAddress,
@@ -213,6 +214,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
+		Profile:                     profile,
 		Simulation:                  sim,
 		CACert:                      c.CA.PEM,
 		CACertSignature:             caSignature(c.AdminToken, c.CA.PEM),

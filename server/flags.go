@@ -40,6 +40,8 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "RBAC a new plane starts with: minimal (cluster-admin, admin, edit, view, discovery roles) or full (the upstream bootstrap policy)"},
 		&cli.BoolFlag{Name: "plane-base", Value: o.PlaneBase, Destination: &o.PlaneBase, EnvVars: []string{"KPLANE_PLANE_BASE"},
 			Usage: "a new plane made from nothing stands on a base plane of the bootstrap objects, written once, and stores only what it changes (false: every new plane writes its own copy)"},
+		&cli.StringFlag{Name: "profile", Value: o.Profile, Destination: &o.Profile, EnvVars: []string{"KPLANE_PROFILE"},
+			Usage: "API surface of every plane: full (kube-apiserver's) or generic (KEP-4080: namespaces, configmaps, secrets, service accounts, events, quotas, RBAC, CRDs, admission policies and webhooks, leases, certificates, flow control; no pods, nodes, workloads or services, no simulation)"},
 		&cli.BoolFlag{Name: "enable-profiling", Destination: &o.EnableProfiling, EnvVars: []string{"KPLANE_ENABLE_PROFILING"},
 			Usage: "serve /debug/pprof on the root plane (admin credentials only)"},
 		&cli.BoolFlag{Name: "disable-controllers", Destination: &o.DisableControllers, EnvVars: []string{"KPLANE_DISABLE_CONTROLLERS"},

@@ -56,3 +56,19 @@ func TestFlagsHaveEnvVars(t *testing.T) {
 		}
 	}
 }
+
+// --profile takes full or generic, from the flag or KPLANE_PROFILE;
+// anything else stops start-up with a message naming both.
+func TestFlagsProfile(t *testing.T) {
+	if o := run(t, "--profile", "generic"); o.Profile != "generic" || o.Validate() != nil {
+		t.Errorf("--profile generic: %q, %v", o.Profile, o.Validate())
+	}
+	t.Setenv("KPLANE_PROFILE", "generic")
+	if o := run(t); o.Profile != "generic" {
+		t.Errorf("KPLANE_PROFILE=generic: %q", o.Profile)
+	}
+	o := run(t, "--profile", "workloads")
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "want full or generic") {
+		t.Errorf("--profile workloads: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/webhooks"
+	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/logging"
 	"kplane.dev/kplane/snapshot"
@@ -43,6 +44,11 @@ type Options struct {
 	MaxMutatingRequestsInFlight int
 
 	EnableProfiling bool
+
+	// Profile is the API surface of every plane: full (kube-apiserver's) or
+	// generic (KEP-4080's generic control plane: no pods, nodes, workloads
+	// or services, and no simulation).
+	Profile string
 
 	// DisableControllers runs no generic controllers (namespace deletion,
 	// garbage collection, service accounts): planes are API and storage only.
@@ -124,6 +130,7 @@ func NewOptions() *Options {
 		SimulationNodePods:          110,
 		SimulationRunDuration:       time.Second,
 		PlaneBootstrap:              "minimal",
+		Profile:                     string(apiserver.ProfileFull),
 		PlaneBase:                   true,
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
@@ -171,6 +178,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxPlanes < 0 {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
+	}
+	if _, err := apiserver.ParseProfile(o.Profile); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
 		errs = append(errs, err.Error())

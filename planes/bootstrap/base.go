@@ -28,7 +28,9 @@ func (b *Bootstrapper) baseID() string {
 		add("configmaps", b.rootCA(ns))
 		add("serviceaccounts", defaultServiceAccount(ns))
 	}
-	add("services", b.kubernetesService())
+	if !b.config.NoService {
+		add("services", b.kubernetesService())
+	}
 	for _, obj := range b.policy.all() {
 		add(obj.resource, obj.object)
 	}

@@ -54,6 +54,9 @@ type Config struct {
 	ServiceIP net.IP
 	// ServicePort is the port the kubernetes Service forwards to.
 	ServicePort int32
+	// NoService leaves out default/kubernetes: the server serves no
+	// Services (the generic profile).
+	NoService bool
 	// Policy is the RBAC every plane starts with.
 	Policy Policy
 }
@@ -130,7 +133,9 @@ func (b *Bootstrapper) bootstrap(ctx context.Context, w *writes) error {
 		return err
 	}
 	g, gctx = errgroup.WithContext(ctx)
-	g.Go(func() error { return b.write(gctx, w, "services", b.kubernetesService()) })
+	if !b.config.NoService {
+		g.Go(func() error { return b.write(gctx, w, "services", b.kubernetesService()) })
+	}
 	for _, ns := range SystemNamespaces {
 		g.Go(func() error { return b.write(gctx, w, "configmaps", b.rootCA(ns)) })
 		// The service-account controller would create it moments later;

@@ -31,6 +31,8 @@ type server struct {
 	ca      []byte
 	started time.Time
 	ready   time.Duration
+	// args are the caller's flags, which a restart passes again.
+	args []string
 }
 
 func startServer(binary string, args ...string) (*server, error) {
@@ -44,7 +46,13 @@ func startServer(binary string, args ...string) (*server, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	log, err := os.Create(filepath.Join(dir, "server.log"))
+	return startServerIn(binary, dir, port, args...)
+}
+
+// startServerIn starts kplane on dir and port (a restart when dir holds a
+// server's data) and waits until it is ready.
+func startServerIn(binary, dir string, port int, args ...string) (*server, error) {
+	log, err := os.OpenFile(filepath.Join(dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +61,7 @@ func startServer(binary string, args ...string) (*server, error) {
 		"--https-port", strconv.Itoa(port), "--enable-profiling"}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	s := &server{cmd: cmd, dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), started: time.Now()}
+	s := &server{cmd: cmd, dir: dir, url: fmt.Sprintf("https://127.0.0.1:%d", port), started: time.Now(), args: args}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -148,6 +156,12 @@ func (s *server) metric(name string) (float64, error) {
 }
 
 func (s *server) stop() {
+	s.terminate()
+	os.RemoveAll(s.dir)
+}
+
+// terminate stops the process and keeps its data dir.
+func (s *server) terminate() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { s.cmd.Wait(); close(done) }()
@@ -157,7 +171,17 @@ func (s *server) stop() {
 		_ = s.cmd.Process.Kill()
 		<-done
 	}
-	os.RemoveAll(s.dir)
+}
+
+// restart stops the server and starts the same command on the same data
+// dir and port; the new server's ready is its start -> ready.
+func (s *server) restart() (*server, error) {
+	s.terminate()
+	var port int
+	if _, err := fmt.Sscanf(s.url, "https://127.0.0.1:%d", &port); err != nil {
+		return nil, err
+	}
+	return startServerIn(s.cmd.Path, s.dir, port, s.args...)
 }
 
 func memoryGiB() int {

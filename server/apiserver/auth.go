@@ -1,8 +1,13 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -14,6 +19,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	authenticationrest "k8s.io/kubernetes/pkg/registry/authentication/rest"
+	"k8s.io/kubernetes/pkg/serviceaccount"
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/auth"
@@ -108,4 +114,35 @@ func (p planeTokenReviews) NewRESTStorage(resources serverstorage.APIResourceCon
 		}
 	}
 	return info, nil
+}
+
+// noTokenObjects is upstream's service-account token getter for a server
+// whose upstream authenticator verifies no service-account token: it finds
+// nothing, and needs no informer.
+type noTokenObjects struct{}
+
+var _ serviceaccount.ServiceAccountTokenGetter = noTokenObjects{}
+
+func (noTokenObjects) GetServiceAccount(_ context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	return nil, apierrors.NewNotFound(corev1.Resource("serviceaccounts"), name)
+}
+
+func (noTokenObjects) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+}
+
+func (noTokenObjects) GetSecret(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+}
+
+func (noTokenObjects) GetNode(_ context.Context, name string) (*corev1.Node, error) {
+	return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+}
+
+func (noTokenObjects) GetValidatingWebhookConfiguration(_ context.Context, name string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	return nil, apierrors.NewNotFound(admissionregistrationv1.Resource("validatingwebhookconfigurations"), name)
+}
+
+func (noTokenObjects) GetMutatingWebhookConfiguration(_ context.Context, name string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	return nil, apierrors.NewNotFound(admissionregistrationv1.Resource("mutatingwebhookconfigurations"), name)
 }

@@ -28,6 +28,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+	"k8s.io/kubernetes/pkg/serviceaccount"
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/approval"
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/ctbattest"
 	"k8s.io/kubernetes/plugin/pkg/admission/certificates/signing"
@@ -80,7 +81,10 @@ type Config struct {
 
 	// DisableControllers runs no generic controllers.
 	DisableControllers bool
-	// Simulation runs workloads in every plane (nil: API only).
+	// Profile is the API surface every plane serves (empty: full).
+	Profile Profile
+	// Simulation runs workloads in every plane (nil: API only). The
+	// generic profile runs none.
 	Simulation *simulation.Options
 
 	// CACert is the CA every plane's kube-root-ca.crt ConfigMaps carry.
@@ -173,7 +177,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		completed,
 		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
-		resourceConfig(),
+		resourceConfig(c.Profile),
 		generatedopenapi.GetOpenAPIDefinitions,
 		nil,
 	)
@@ -181,6 +185,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
 	}
 	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
+	// New installs the OpenAPI documents, v2 built on its first request.
+	genericConfig.SkipOpenAPIInstallation = true
 	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
 	if err := c.configureAuth(genericConfig, stores); err != nil {
 		return CompletedConfig{}, err
@@ -328,6 +334,13 @@ func (c *Config) upstreamOptions() *cpoptions.Options {
 	o.Authentication.ServiceAccounts.Issuers = []string{c.ExternalURL}
 	o.Authentication.ServiceAccounts.Lookup = false
 	o.Authentication.ServiceAccounts.KeyFiles = nil
+	// Upstream's token getter reads through informers of the root plane
+	// (secrets, service accounts, pods, nodes, webhook configurations),
+	// which would be started for nothing: the plane-aware authenticator
+	// reads every plane's objects itself.
+	o.Authentication.ServiceAccounts.OptionalTokenGetter = func(clientgoinformers.SharedInformerFactory) serviceaccount.ServiceAccountTokenGetter {
+		return noTokenObjects{}
+	}
 	o.Authorization.Modes = []string{"AlwaysAllow"}
 
 	return o

@@ -1,10 +1,15 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -40,6 +45,8 @@ type coreProvider struct {
 	loopback   *restclient.Config
 	authorizer authorizer.Authorizer
 	services   services.Config
+	// workloads serves pods, nodes and services (the full profile).
+	workloads bool
 
 	// set by NewRESTStorage for the plane glue that needs the registries.
 	registries *CoreRegistries
@@ -50,7 +57,8 @@ type coreProvider struct {
 // CoreRegistries exposes the core registries other plane glue writes
 // through (bootstrap, admission).
 type CoreRegistries struct {
-	Namespaces      NamespaceRegistry
+	Namespaces NamespaceRegistry
+	// Services is nil when the profile serves no Services.
 	Services        *services.REST
 	ServiceAccounts rest.Getter
 	Pods            rest.Getter
@@ -84,15 +92,51 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 	enabled := func(resource string) bool {
 		return resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource(resource))
 	}
+	// Without workloads (the generic profile) a service-account token
+	// cannot be bound to a pod or a node: there are none, as in upstream's
+	// generic control plane.
+	registries := &CoreRegistries{
+		Pods:  notServedGetter{corev1.Resource("pods")},
+		Nodes: notServedGetter{corev1.Resource("nodes")},
+	}
+	if p.workloads {
+		if err := p.addWorkloads(storage, enabled, optsGetter, registries); err != nil {
+			return info, err
+		}
+	}
+	if err := addUpstreamCore(storage, enabled, optsGetter); err != nil {
+		return info, err
+	}
+	if enabled("serviceaccounts") && p.generic.ServiceAccountIssuer != nil {
+		if err := p.replaceServiceAccounts(storage, optsGetter, registries.Pods, registries.Nodes); err != nil {
+			return info, err
+		}
+	}
+	info.VersionedResourcesStorageMap["v1"] = storage
 
+	namespaces, ok := storage["namespaces"].(NamespaceRegistry)
+	if !ok {
+		return info, fmt.Errorf("namespaces registry is not served; every plane needs it")
+	}
+	registries.Namespaces = namespaces
+	registries.ServiceAccounts, _ = storage["serviceaccounts"].(rest.Getter)
+	registries.Secrets, _ = storage["secrets"].(rest.Getter)
+	p.registries = registries
+	return info, nil
+}
+
+// addWorkloads serves the core resources of the full profile that need
+// nodes, pods or the network: pods, bindings, nodes and services.
+func (p *coreProvider) addWorkloads(storage map[string]rest.Storage, enabled func(string) bool, optsGetter generic.RESTOptionsGetter,
+	registries *CoreRegistries) error {
 	nodes, pods, err := p.nodesAndPods(optsGetter)
 	if err != nil {
-		return info, err
+		return err
 	}
 	p.services.Pods = pods.Pod
 	svc, svcStatus, err := services.NewREST(optsGetter, p.services)
 	if err != nil {
-		return info, fmt.Errorf("services: %w", err)
+		return fmt.Errorf("services: %w", err)
 	}
 	if enabled("pods") {
 		addPods(storage, pods, p.budgets)
@@ -109,25 +153,16 @@ func (p *coreProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 		storage["services"] = svc
 		storage["services/status"] = svcStatus
 	}
-	if err := addUpstreamCore(storage, enabled, optsGetter); err != nil {
-		return info, err
-	}
-	if enabled("serviceaccounts") && p.generic.ServiceAccountIssuer != nil {
-		if err := p.replaceServiceAccounts(storage, optsGetter, pods, nodes); err != nil {
-			return info, err
-		}
-	}
-	info.VersionedResourcesStorageMap["v1"] = storage
+	registries.Pods, registries.Nodes, registries.Services = pods.Pod.Store, nodes.Node.Store, svc
+	return nil
+}
 
-	namespaces, ok := storage["namespaces"].(NamespaceRegistry)
-	if !ok {
-		return info, fmt.Errorf("namespaces registry is not served; every plane needs it")
-	}
-	saGetter, _ := storage["serviceaccounts"].(rest.Getter)
-	secrets, _ := storage["secrets"].(rest.Getter)
-	p.registries = &CoreRegistries{Namespaces: namespaces, Services: svc, ServiceAccounts: saGetter,
-		Pods: pods.Pod, Secrets: secrets, Nodes: nodes.Node}
-	return info, nil
+// notServedGetter is a resource the profile does not serve: every object
+// of it is not found.
+type notServedGetter struct{ resource schema.GroupResource }
+
+func (g notServedGetter) Get(_ context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	return nil, apierrors.NewNotFound(g.resource, name)
 }
 
 // nodesAndPods builds the node and pod registries (pods need nodes for
@@ -220,14 +255,14 @@ func addUpstreamCore(storage map[string]rest.Storage, enabled func(string) bool,
 // served without pod-bound tokens, for the registry that knows pods and
 // secrets, as kube-apiserver does.
 func (p *coreProvider) replaceServiceAccounts(storage map[string]rest.Storage, optsGetter generic.RESTOptionsGetter,
-	pods *podstore.PodStorage, nodes *nodestore.NodeStorage) error {
+	pods, nodes rest.Getter) error {
 	webhookClient, err := admissionregistrationv1client.NewForConfig(p.loopback)
 	if err != nil {
 		return err
 	}
 	secrets, _ := storage["secrets"].(rest.Getter)
 	sa, err := serviceaccountstore.NewREST(optsGetter, p.generic.ServiceAccountIssuer, p.generic.APIAudiences, p.authorizer,
-		p.generic.ServiceAccountMaxExpiration, pods.Pod.Store, secrets, nodes.Node.Store,
+		p.generic.ServiceAccountMaxExpiration, pods, secrets, nodes,
 		webhookClient.ValidatingWebhookConfigurations(), webhookClient.MutatingWebhookConfigurations(),
 		p.generic.ExtendExpiration, p.generic.MaxExtendedExpiration)
 	if err != nil {

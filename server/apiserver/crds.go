@@ -16,7 +16,6 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
-	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	rbacinternal "k8s.io/kubernetes/pkg/apis/rbac"
 
@@ -75,7 +74,6 @@ func (c CompletedConfig) installCRDs(server *genericapiserver.GenericAPIServer) 
 		BuiltinGroups: builtin,
 		Serializer:    shared.Serializer,
 	}, server.UnprotectedHandler())
-	s.SetStaticOpenAPI(func() *spec.Swagger { return server.StaticOpenAPISpec })
 	return s, nil
 }
 

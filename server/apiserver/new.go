@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
@@ -52,6 +53,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every API group is installed: the OpenAPI documents can describe
+	// them (planes' CRDs are merged in per plane on request).
+	gc := c.controlPlane.Generic.Config
+	customResources.SetStaticOpenAPI(installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config).V2)
 	boot, err := c.newBootstrapper(core)
 	if err != nil {
 		return nil, err
@@ -64,13 +69,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
 	c.bindPolicies(genericControllers)
-	sim, err := newSimulation(c.config.Simulation, loopbackConfig, c.storage)
+	sim, err := newSimulation(c.config.Profile, c.config.Simulation, loopbackConfig, c.storage)
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
-	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
-		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics,
-			c.webhooks.validating, c.webhooks.mutating, c.policies}, sim))
+	var forget []lifecycle.Forgetter
+	if core.Services != nil {
+		forget = append(forget, core.Services)
+	}
+	forget = append(forget, customResources, genericControllers, c.metrics,
+		c.webhooks.validating, c.webhooks.mutating, c.policies)
+	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(forget, sim))
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +144,9 @@ func (c CompletedConfig) installAPIs(server *controlplaneapiserver.Server, loopb
 		loopback:   loopback.Routed(loopbackConfig),
 		authorizer: c.controlPlane.Generic.Authorization.Authorizer,
 		services:   servicesConfig(c.config),
+		workloads:  !c.config.Profile.Generic(),
 	}
-	providers, err := storageProviders(c.controlPlane, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
+	providers, err := storageProviders(c.controlPlane, c.config.Profile, core, apiRegistrationProvider{getter: c.apiRegistrationGetter()})
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +172,7 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 		ServiceIP:   serviceIP,
 		ServicePort: int32(c.config.Port),
 		Policy:      c.config.PlaneBootstrap,
+		NoService:   core.Services == nil,
 	}), nil
 }
 
@@ -288,6 +299,10 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		}()
 		return nil
 	})
+	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(ctx genericapiserver.PostStartHookContext) error {
+		go releaseStartupMemory(ctx, s)
+		return nil
+	})
 	server.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
 		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
 			return err
@@ -296,6 +311,23 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		return waitFor(ctx, s.fleets.HasSynced)
 	})
 	return nil
+}
+
+// releaseStartupMemory returns the heap that building the server and
+// loading the planes left free to the operating system, once the planes
+// are loaded: the runtime would otherwise keep it for minutes (its
+// scavenger returns memory slowly), and an idle server would hold about
+// twice its live heap.
+func releaseStartupMemory(ctx context.Context, s components) {
+	if waitFor(ctx, s.planes.HasSynced) != nil {
+		return
+	}
+	select {
+	case <-s.customResources.HasSynced():
+	case <-ctx.Done():
+		return
+	}
+	debug.FreeOSMemory()
 }
 
 // addManifestsHook keeps --manifests-dir applied. Readiness waits for the

@@ -35,7 +35,27 @@ import (
 // for every plane. StorageVersionMigrations are stored; no migration
 // controller acts on them (a plane's objects are always written in the
 // storage version of the server that serves them).
-func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvider, apiServices apiRegistrationProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
+//
+// The generic profile installs only the providers of the groups it serves
+// (Profile.servesGroup): the others would build no storage under its
+// resource config, but are not even constructed.
+func storageProviders(c controlplaneapiserver.CompletedConfig, profile Profile, core *coreProvider,
+	apiServices apiRegistrationProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
+	all, err := allStorageProviders(c, profile, core, apiServices)
+	if err != nil {
+		return nil, err
+	}
+	served := make([]controlplaneapiserver.RESTStorageProvider, 0, len(all))
+	for _, p := range all {
+		if profile.servesGroup(p.GroupName()) {
+			served = append(served, p)
+		}
+	}
+	return served, nil
+}
+
+// allStorageProviders are the providers of the full profile.
+func allStorageProviders(c controlplaneapiserver.CompletedConfig, profile Profile, core *coreProvider, apiServices apiRegistrationProvider) ([]controlplaneapiserver.RESTStorageProvider, error) {
 	client, err := kubernetes.NewForConfig(c.Generic.LoopbackClientConfig)
 	if err != nil {
 		return nil, fmt.Errorf("loopback client: %w", err)
@@ -48,7 +68,8 @@ func storageProviders(c controlplaneapiserver.CompletedConfig, core *coreProvide
 		authorizationrest.RESTStorageProvider{Authorizer: authz, RuleResolver: c.Generic.RuleResolver},
 		autoscalingrest.RESTStorageProvider{},
 		batchrest.RESTStorageProvider{},
-		certificatesrest.RESTStorageProvider{Authorizer: authz},
+		// Generic: no PodCertificateRequests, as upstream's generic control plane.
+		certificatesrest.RESTStorageProvider{Authorizer: authz, Generic: profile.Generic()},
 		coordinationrest.RESTStorageProvider{},
 		discoveryrest.StorageProvider{},
 		networkingrest.RESTStorageProvider{},

@@ -21,9 +21,17 @@ var notServed = []schema.GroupVersion{
 // resourceConfig is kube-apiserver's default API surface minus notServed:
 // the versions kube-apiserver enables by default and no others
 // (flowcontrol.apiserver.k8s.io/v1, storagemigration.k8s.io/v1, not their
-// betas).
-func resourceConfig() *serverstorage.ResourceConfig {
+// betas). The generic profile also leaves out every group it does not
+// serve and the workload resources of the core group, so that neither
+// discovery, nor OpenAPI, nor any upstream component sees them.
+func resourceConfig(profile Profile) *serverstorage.ResourceConfig {
 	c := controlplane.DefaultAPIResourceConfigSource()
 	c.DisableVersions(notServed...)
+	for gv := range c.GroupVersionConfigs {
+		if !profile.servesGroup(gv.Group) {
+			c.DisableVersions(gv)
+		}
+	}
+	c.DisableResources(profile.coreDisabled()...)
 	return c
 }

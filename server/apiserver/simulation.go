@@ -21,9 +21,10 @@ import (
 )
 
 // newSimulation builds the workload simulation of every plane, or nil
-// when it is off (planes are an API only).
-func newSimulation(options *simulation.Options, loopbackConfig *rest.Config, storage *planestorage.Registry) (*simulation.Simulation, error) {
-	if options == nil {
+// when it is off (planes are an API only) or the profile serves no
+// workloads to simulate.
+func newSimulation(profile Profile, options *simulation.Options, loopbackConfig *rest.Config, storage *planestorage.Registry) (*simulation.Simulation, error) {
+	if options == nil || profile.Generic() {
 		return nil, nil
 	}
 	return simulation.New(simulation.Config{Options: *options, Loopback: loopbackConfig, Storage: storage})

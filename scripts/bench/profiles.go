@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+)
+
+type profilesParams struct {
+	// Stored are the plane counts restarts are timed with, ascending.
+	Stored  []int
+	Workers int
+	// Old is an earlier binary whose empty server is measured beside
+	// (its default profile, full).
+	Old string
+}
+
+// profilesScenario measures the server of each profile side by side in
+// one run (and an earlier binary's, when given): the empty server's memory
+// (RSS split into anonymous memory and the binary's mapped pages, heap),
+// start -> ready, and then, with Stored[i] planes in the datastore,
+// restart -> ready, restart -> a stored plane answering, and the memory
+// per stored plane.
+func profilesScenario(binary string, p profilesParams) (Result, error) {
+	figures := map[string]float64{}
+	type target struct{ prefix, binary, profile string }
+	targets := []target{{"full_", binary, "full"}, {"generic_", binary, "generic"}}
+	if p.Old != "" {
+		targets = append([]target{{"old_", p.Old, ""}}, targets...)
+	}
+	for _, t := range targets {
+		var args []string
+		if t.profile != "" {
+			args = []string{"--profile", t.profile}
+		}
+		stored := p.Stored
+		if t.prefix == "old_" {
+			stored = nil
+		}
+		if err := measureProfile(t.binary, args, stored, p.Workers, t.prefix, figures); err != nil {
+			return Result{}, fmt.Errorf("%s%s: %w", t.prefix, t.profile, err)
+		}
+	}
+	return Result{
+		Scenario: "profiles",
+		Params:   map[string]any{"stored": p.Stored, "workers": p.Workers, "old_binary": p.Old != "", "datastore": "sqlite"},
+		Figures:  figures,
+		Notes: []string{
+			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's empty server, default flags.",
+			"empty_*: a new data dir, read 5 s after /readyz answered ok and a forced GC. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
+			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
+			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
+		},
+	}, nil
+}
+
+// measureProfile runs one server through the empty and stored phases.
+func measureProfile(binary string, args []string, stored []int, workers int, prefix string, figures map[string]float64) error {
+	s, err := startServer(binary, args...)
+	if err != nil {
+		return err
+	}
+	// s is the running server: each restart replaces it, and a failed
+	// restart leaves nothing running but the data dir to remove.
+	dir := s.dir
+	defer func() {
+		if s != nil {
+			s.stop()
+		}
+		os.RemoveAll(dir)
+	}()
+	figures[prefix+"start_to_ready_s"] = s.ready.Seconds()
+	empty, err := readMemory(s)
+	if err != nil {
+		return err
+	}
+	empty.record(figures, prefix+"empty_")
+	if s, err = s.restart(); err != nil {
+		return err
+	}
+	figures[prefix+"restart_to_ready_s"] = s.ready.Seconds()
+	base, err := readMemory(s)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   profiles %s: empty rss %.1f MiB (anon %.1f, binary %.1f), live heap %.1f MiB, start -> ready %.2f s, restart -> ready %.2f s\n",
+		prefix, empty.rss, empty.anon, empty.file, empty.liveHeap, figures[prefix+"start_to_ready_s"], s.ready.Seconds())
+	made := 0
+	for _, n := range stored {
+		if err := createStoredPlanes(s, made, n, workers); err != nil {
+			return err
+		}
+		made = n
+		if s, err = s.restart(); err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%sstored_%d_", prefix, n)
+		figures[key+"restart_to_ready_s"] = s.ready.Seconds()
+		last := fmt.Sprintf("stored-%05d", n-1)
+		if err := planeAnswers(s, last); err != nil {
+			return err
+		}
+		figures[key+"restart_to_plane_s"] = time.Since(s.started).Seconds()
+		m, err := readMemory(s)
+		if err != nil {
+			return err
+		}
+		m.record(figures, key)
+		figures[key+"per_plane_rss_kib"] = (m.rss - base.rss) * 1024 / float64(n)
+		figures[key+"per_plane_anon_kib"] = (m.anon - base.anon) * 1024 / float64(n)
+		figures[key+"per_plane_live_heap_kib"] = (m.liveHeap - base.liveHeap) * 1024 / float64(n)
+		fmt.Printf("   profiles %s: %d planes stored: restart -> ready %.2f s, -> plane answers %.2f s, rss %.1f MiB (anon %.1f), %.1f KiB anon per plane\n",
+			prefix, n, s.ready.Seconds(), figures[key+"restart_to_plane_s"], m.rss, m.anon, figures[key+"per_plane_anon_kib"])
+	}
+	return nil
+}
+
+// processMemory is what the benchmark reads of a server, in MiB.
+type processMemory struct {
+	rss, anon, file, heapInuse, liveHeap float64
+}
+
+func (m processMemory) record(figures map[string]float64, prefix string) {
+	figures[prefix+"rss_mib"] = m.rss
+	figures[prefix+"anon_rss_mib"] = m.anon
+	figures[prefix+"file_rss_mib"] = m.file
+	figures[prefix+"heap_inuse_mib"] = m.heapInuse
+	figures[prefix+"live_heap_mib"] = m.liveHeap
+}
+
+// readMemory forces a GC, lets the server settle, and reads its memory.
+func readMemory(s *server) (processMemory, error) {
+	var m processMemory
+	if err := s.collectGarbage(); err != nil {
+		return m, err
+	}
+	time.Sleep(5 * time.Second)
+	status, err := procStatus(s.cmd.Process.Pid)
+	if err != nil {
+		return m, err
+	}
+	const mib = 1 << 20
+	m.rss, m.anon, m.file = status["VmRSS"]/mib, status["RssAnon"]/mib, status["RssFile"]/mib
+	heap, err := s.metric("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return m, err
+	}
+	live, err := s.metric("go_memstats_heap_alloc_bytes")
+	m.heapInuse, m.liveHeap = heap/mib, live/mib
+	return m, err
+}
+
+// procStatus reads the kB fields of /proc/<pid>/status, in bytes.
+func procStatus(pid int) (map[string]float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 && fields[2] == "kB" {
+			kb, err := strconv.ParseFloat(fields[1], 64)
+			if err != nil {
+				return nil, err
+			}
+			out[strings.TrimSuffix(fields[0], ":")] = kb * 1024
+		}
+	}
+	return out, sc.Err()
+}
+
+// createStoredPlanes creates Planes stored-<from>..stored-<to-1> in root
+// (the lifecycle provisions them; nothing waits on each) and waits until
+// every Plane is Ready.
+func createStoredPlanes(s *server, from, to, workers int) error {
+	root, err := dynamic.NewForConfig(s.config("root"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	names := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		names = append(names, fmt.Sprintf("stored-%05d", i))
+	}
+	began := time.Now()
+	_, took, err := forEach(names, workers, func(ctx context.Context, name string) error {
+		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+			"metadata": map[string]any{"name": name}}}
+		_, err := root.Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		return allReady(ctx, root, to)
+	})
+	fmt.Printf("   profiles: %d planes created in %.1f s, all Ready after %.1f s\n", to-from, took.Seconds(), time.Since(began).Seconds())
+	return err
+}
+
+// planeAnswers waits until plane answers GET namespace default.
+func planeAnswers(s *server, plane string) error {
+	c, err := s.client(plane)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
