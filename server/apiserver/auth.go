@@ -16,6 +16,7 @@ import (
 	authenticationrest "k8s.io/kubernetes/pkg/registry/authentication/rest"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/snapshot"
 )
@@ -84,6 +85,7 @@ func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorize
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/snapshot", Authorizer: snapshot.PathAuthorizer()},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/audit", Authorizer: audit.PathAuthorizer()},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/impersonation", Authorizer: authorizer.AuthorizerFunc(auth.ImpersonationGuard{PrivilegedUsers: []string{adminUser}}.Authorize)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/rbac", Authorizer: planeRBAC},
 	)

@@ -35,6 +35,7 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
 
 	"kplane.dev/kplane/planes/admission"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
@@ -110,6 +111,8 @@ type Config struct {
 	ReadyzChecks []healthz.HealthChecker
 	// Webhooks configures how planes' admission webhooks are called.
 	Webhooks WebhookConfig
+	// Audit configures the planes' audit trails.
+	Audit AuditConfig
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -145,6 +148,8 @@ type completedConfig struct {
 	// webhooks are the admission webhook plugins; the plane manager tells
 	// them about deleted planes.
 	webhooks webhookPlugins
+	// audit keeps the planes' trails (nil: auditing off).
+	audit *auditParts
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -182,11 +187,17 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
 	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
-	if err := c.configureAuth(genericConfig, stores); err != nil {
+	auditParts, err := c.newAudit(genericConfig)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("audit: %w", err)
+	}
+	if err := c.configureAuth(genericConfig, stores, auditParts); err != nil {
 		return CompletedConfig{}, err
 	}
-	// A delta stream of a snapshot is a watch for every filter of the chain.
-	genericConfig.RequestInfoResolver = snapshot.RequestInfoResolver{Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}
+	// A delta stream of a snapshot and a followed audit trail are watches
+	// for every filter of the chain.
+	genericConfig.RequestInfoResolver = audit.RequestInfoResolver{Delegate: snapshot.RequestInfoResolver{
+		Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}}
 	// The kplane filters of the chain are made of components that need the
 	// server itself (its handlers, discovery, OpenAPI): New builds the chain
 	// last, once they exist (handlerChain), so none is bound late.
@@ -216,6 +227,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		metrics:         planeMetrics,
 		crdGetters:      getters,
 		webhooks:        hooks,
+		audit:           auditParts,
 	}}, nil
 }
 
@@ -233,7 +245,7 @@ func newPlaneStorage() *planestorage.Registry {
 
 // configureAuth replaces upstream authentication and authorization with
 // their plane-aware counterparts.
-func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *planestorage.Registry) error {
+func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *planestorage.Registry, auditParts *auditParts) error {
 	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences,
 		auth.ServiceAccountRegistries{
 			ServiceAccounts: storageGetter{stores: stores, resource: corev1.Resource("serviceaccounts"), namespaced: true},
@@ -248,6 +260,11 @@ func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *p
 	// system:authenticated to the groups.
 	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: unionauth.New(
 		genericConfig.Authentication.Authenticator, group.NewAuthenticatedGroupAdder(bearertoken.New(saTokens)))}
+	if auditParts != nil {
+		// The audit policy learns the plane's level from the user.
+		genericConfig.Authentication.Authenticator = audit.Authenticator{
+			Delegate: genericConfig.Authentication.Authenticator, Planes: auditParts.planes}
+	}
 	rbac := auth.NewRBAC(func(resource string) *planestorage.Store {
 		return stores.Storage(rbacv1.Resource(resource))
 	})
