@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/client-go/tools/cache"
 
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/lifecycle"
@@ -63,32 +62,32 @@ func (a *auditParts) filter(next http.Handler, handler *audit.Handler) http.Hand
 	return handler.Filter(next)
 }
 
-// auditPlanes answers the audit's questions from the lifecycle's Plane
-// informer, bound once the plane manager exists.
+// auditPlanes answers the audit's questions from the plane manager (which
+// planes exist, as soon as a request provisions one) and its Plane
+// informer (their levels); bound once the manager exists.
 type auditPlanes struct {
 	defaultLevel audit.Level
-	informer     atomic.Pointer[cache.SharedIndexInformer]
+	manager      atomic.Pointer[lifecycle.Manager]
 }
 
-// Lookup implements audit.Planes: a Plane's uid and spec.audit.level.
+// Lookup implements audit.Planes: a plane's uid and spec.audit.level.
 func (p *auditPlanes) Lookup(plane string) (types.UID, audit.Level, bool) {
-	informer := p.informer.Load()
-	if informer == nil {
+	manager := p.manager.Load()
+	if manager == nil {
 		return "", "", false
 	}
-	obj, exists, err := (*informer).GetStore().GetByKey(plane)
-	if err != nil || !exists {
-		return "", "", false
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	uid, exists := manager.UID(plane)
+	if !exists {
 		return "", "", false
 	}
 	level := p.defaultLevel
-	if s, found, _ := unstructured.NestedString(u.Object, "spec", "audit", "level"); found && s != "" {
-		level = audit.Level(s)
+	obj, found, err := manager.Informer().GetStore().GetByKey(plane)
+	if u, ok := obj.(*unstructured.Unstructured); ok && found && err == nil {
+		if s, set, _ := unstructured.NestedString(u.Object, "spec", "audit", "level"); set && s != "" {
+			level = audit.Level(s)
+		}
 	}
-	return u.GetUID(), level, true
+	return uid, level, true
 }
 
 func (a *auditParts) trailsOrNil() *audit.Trails {

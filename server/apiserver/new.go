@@ -186,8 +186,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 	}
 	c.planesAdmission.SetPlaneCounter(manager)
 	if c.audit != nil {
-		informer := manager.Informer()
-		c.audit.planes.informer.Store(&informer)
+		c.audit.planes.manager.Store(manager)
 	}
 	c.storage.SetLayers(manager)
 	return manager, nil
