@@ -1,0 +1,179 @@
+package audit
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"kplane.dev/kplane/planes"
+)
+
+// fixedPlanes is a set of planes with their uids, all at Metadata.
+type fixedPlanes map[string]types.UID
+
+func (f fixedPlanes) Lookup(plane string) (types.UID, Level, bool) {
+	uid, ok := f[plane]
+	return uid, DefaultLevel, ok
+}
+
+func event(plane, name string) *auditinternal.Event {
+	now := metav1.NewMicroTime(time.Now())
+	return &auditinternal.Event{
+		Level: auditinternal.LevelMetadata, AuditID: types.UID(name), Stage: auditinternal.StageResponseComplete,
+		Verb: "create", RequestURI: "/api/v1/namespaces/default/configmaps",
+		ObjectRef:                &auditinternal.ObjectReference{Resource: "configmaps", Namespace: "default", Name: name},
+		RequestReceivedTimestamp: now, StageTimestamp: now,
+		Annotations: map[string]string{planes.Annotation: plane},
+	}
+}
+
+func names(entries []entry) string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, fmt.Sprint(e.cursor))
+	}
+	return strings.Join(out, ",")
+}
+
+func TestRingKeepsTheNewestEventsOfEachPlane(t *testing.T) {
+	known := fixedPlanes{"a": "uid-a", "b": "uid-b"}
+	trails, err := NewTrails(Config{BufferEvents: 3, Planes: known})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		trails.ProcessEvents(event("a", fmt.Sprint(i)))
+	}
+	trails.ProcessEvents(event("b", "only"), event("gone", "nobody"), event("", "unmarked"))
+	a := trails.trail("a", "uid-a").read(query{}, trails, false)
+	if got := names(a.entries); got != "3,4,5" || a.oldest != 3 || a.last != 5 {
+		t.Fatalf("a holds %s (oldest %d, last %d), want 3,4,5", got, a.oldest, a.last)
+	}
+	if got := names(trails.trail("b", "uid-b").read(query{}, trails, false).entries); got != "1" {
+		t.Fatalf("b holds %s, want its one event", got)
+	}
+	if _, ok := trails.trails["gone"]; ok {
+		t.Fatal("an event of a plane that does not exist made a trail")
+	}
+	if got := names(trails.trail("a", "uid-a").read(query{after: 3, limit: 1}, trails, false).entries); got != "4" {
+		t.Fatalf("after 3, limit 1: %s", got)
+	}
+	if err := checkCursor(query{after: 1}, a); err == nil {
+		t.Fatal("a cursor older than the ring was accepted")
+	}
+	if err := checkCursor(query{after: 9}, a); err == nil {
+		t.Fatal("a cursor ahead of the trail was accepted")
+	}
+	if err := checkCursor(query{after: 2}, a); err != nil {
+		t.Fatalf("the cursor just before the oldest event: %v", err)
+	}
+	// A plane deleted and made again (another uid) starts empty.
+	if got := trails.trail("a", "uid-a2").read(query{}, trails, false); len(got.entries) != 0 || got.last != 0 {
+		t.Fatalf("the new plane a inherited %s", names(got.entries))
+	}
+}
+
+func TestLogSurvivesRestartRotatesAndGoesWithItsPlane(t *testing.T) {
+	dir := t.TempDir()
+	known := fixedPlanes{"a": "uid-a"}
+	config := Config{BufferEvents: 4, Dir: dir, MaxFileBytes: 2000, Planes: known}
+	trails, err := NewTrails(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		trails.ProcessEvents(event("a", fmt.Sprint(i)))
+	}
+	trails.Shutdown()
+	if _, err := os.Stat(filepath.Join(dir, "a", rotatedName)); err != nil {
+		t.Fatalf("no rotated log after 10 events of a 2000-byte log: %v", err)
+	}
+	// A new process reads the newest events back and continues the cursors.
+	again, err := NewTrails(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(again.trail("a", "uid-a").read(query{}, again, false).entries); got != "7,8,9,10" {
+		t.Fatalf("after a restart a holds %s, want 7,8,9,10", got)
+	}
+	again.ProcessEvents(event("a", "next"))
+	if got := names(again.trail("a", "uid-a").read(query{after: 10}, again, false).entries); got != "11" {
+		t.Fatalf("the first event after the restart is %s, want 11", got)
+	}
+	// A log cut short by a kill keeps its whole lines.
+	f, err := os.OpenFile(filepath.Join(dir, "a", logName), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"kind":"Event","annotations":{"audit.kplane.dev/cur`)
+	f.Close()
+	third, _ := NewTrails(config)
+	if got := names(third.trail("a", "uid-a").read(query{}, third, false).entries); got != "8,9,10,11" {
+		t.Fatalf("with a torn last line a holds %s", got)
+	}
+	// Another plane of the same name (deleted while the server was down):
+	// the sweep removes the old log.
+	known["a"] = "uid-new"
+	third.Sweep()
+	if _, err := os.Stat(filepath.Join(dir, "a")); !os.IsNotExist(err) {
+		t.Fatalf("the old plane's log survived the sweep: %v", err)
+	}
+	again.ForgetPlane("a")
+	if _, ok := again.trails["a"]; ok {
+		t.Fatal("a forgotten plane kept its trail")
+	}
+}
+
+func TestEvaluatorAppliesThePlanesLevel(t *testing.T) {
+	e := NewEvaluator()
+	write := authorizer.AttributesRecord{Verb: "create", Resource: "configmaps", ResourceRequest: true}
+	read := authorizer.AttributesRecord{Verb: "list", Resource: "configmaps", ResourceRequest: true}
+	for _, c := range []struct {
+		level       Level
+		write, read auditinternal.Level
+	}{
+		{auditinternal.LevelMetadata, auditinternal.LevelMetadata, auditinternal.LevelMetadata},
+		{auditinternal.LevelRequest, auditinternal.LevelRequest, auditinternal.LevelMetadata},
+		{auditinternal.LevelRequestResponse, auditinternal.LevelRequestResponse, auditinternal.LevelMetadata},
+	} {
+		u := &planeUser{Info: &user.DefaultInfo{Name: "u"}, level: c.level}
+		write.User, read.User = u, u
+		if got := e.EvaluatePolicyRule(write).Level; got != c.write {
+			t.Errorf("%s: a write at %s", c.level, got)
+		}
+		if got := e.EvaluatePolicyRule(read).Level; got != c.read {
+			t.Errorf("%s: a read at %s", c.level, got)
+		}
+	}
+	write.User = &user.DefaultInfo{Name: "not tagged"}
+	if got := e.EvaluatePolicyRule(write).Level; got != auditinternal.LevelNone {
+		t.Errorf("a request without a plane level is audited at %s", got)
+	}
+}
+
+func TestParseQuery(t *testing.T) {
+	for raw, field := range map[string]string{
+		"since=soon": "since", "limit=0": "limit", "limit=100001": "limit", "watch=perhaps": "watch",
+	} {
+		values, _ := url.ParseQuery(raw)
+		_, _, err := parseQuery(values)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+	values, _ := url.ParseQuery("since=2026-11-24T10:00:00Z&limit=5&watch=true")
+	q, watch, err := parseQuery(values)
+	if err != nil || !watch || q.limit != 5 || q.from.IsZero() {
+		t.Fatalf("a good query: %+v %v %v", q, watch, err)
+	}
+}
