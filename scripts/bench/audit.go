@@ -110,7 +110,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 			fmt.Sprintf("off: a server with --audit-buffer-events=0 (no audit filter at all); metadata, requestresponse: planes of a second server at those levels. "+
 				"Each round runs %d requests of each verb from %d clients against each configuration in turn; figures are the median of %d rounds.", p.Ops, p.Workers, p.Rounds),
 			"overhead_pct: throughput lost against off (negative: faster, i.e. noise). GET reads one of 10 configmaps, LIST lists them, CREATE writes a new one (with its body recorded at RequestResponse).",
-			"full_trail_*: heap in use (after a forced GC) before and after FullPlanes planes each made bufferEvents GET (metadata) or CREATE (requestresponse) requests, per plane; line bytes are what GET /audit serves.",
+			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane; lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each.",
 		},
 	}, nil
 }
@@ -140,6 +140,17 @@ func auditVerbs() []auditVerb {
 	}
 }
 
+// patchVerb changes one of the seeded configmaps: a write whose body and
+// answer a RequestResponse trail records, that adds no object to the
+// server (whose memory would blur the trail's).
+func patchVerb() auditVerb {
+	return auditVerb{"patch", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
+		patch := []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, i))
+		_, err := c.CoreV1().ConfigMaps("default").Patch(ctx, fmt.Sprintf("cm-%d", i%seedObjects), types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}}
+}
+
 func setAuditLevel(s *server, plane, level string) error {
 	root, err := dynamic.NewForConfig(s.config("root"))
 	if err != nil {
@@ -157,7 +168,7 @@ func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error
 	for _, level := range []struct {
 		name, level string
 		verb        auditVerb
-	}{{"metadata", "Metadata", verbs[0]}, {"requestresponse", "RequestResponse", verbs[2]}} {
+	}{{"metadata", "Metadata", verbs[0]}, {"requestresponse", "RequestResponse", patchVerb()}} {
 		planes := make([]string, p.FullPlanes)
 		for i := range planes {
 			planes[i] = fmt.Sprintf("full-%s-%d", level.name, i)
@@ -193,6 +204,8 @@ func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error
 			return err
 		}
 		figures["full_trail_"+level.name+"_heap_per_plane_mib"] = (after - before) / float64(p.FullPlanes) / (1 << 20)
+		// What the ring holds: the lines, and a 56-byte entry per event.
+		figures["full_trail_"+level.name+"_lines_per_plane_mib"] = float64(lineBytes+56*lines) / float64(p.FullPlanes) / (1 << 20)
 		figures["full_trail_"+level.name+"_line_bytes"] = float64(lineBytes) / float64(max(1, lines))
 		figures["full_trail_"+level.name+"_events_per_plane"] = float64(lines) / float64(p.FullPlanes)
 	}

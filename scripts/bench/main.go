@@ -79,7 +79,7 @@ func main() {
 	policyPlanes := flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
 	webhookCreates := flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
 	webhookPlanes := flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
-	auditOps := flag.Int("audit-ops", 2000, "requests of each verb per configuration and round in the audit scenario")
+	auditOps := flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	auditRounds := flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions

@@ -271,7 +271,13 @@ func TestAuditPermission(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := tr.Status.Token
-	code, _, body := readAudit(t, s, plane, token, "")
+	var code int
+	var body []byte
+	// The token authenticates once the account is in the server's cache.
+	eventually(t, framework.DefaultTimeout, "the agent's token authenticates", func() (bool, error) {
+		code, _, body = readAudit(t, s, plane, token, "")
+		return code != http.StatusUnauthorized, nil
+	})
 	if code != http.StatusForbidden {
 		t.Fatalf("audit read without permission: %d %s", code, body)
 	}
