@@ -76,7 +76,10 @@ func NewEvaluator() *Evaluator {
 // EvaluatePolicyRule implements audit.PolicyRuleEvaluator.
 func (e *Evaluator) EvaluatePolicyRule(attrs authorizer.Attributes) audit.RequestAuditConfig {
 	if u, ok := attrs.GetUser().(*planeUser); ok {
-		return e.byLevel[u.level].EvaluatePolicyRule(attrs)
+		if byLevel, known := e.byLevel[u.level]; known {
+			return byLevel.EvaluatePolicyRule(attrs)
+		}
+		return e.byLevel[DefaultLevel].EvaluatePolicyRule(attrs)
 	}
 	return audit.RequestAuditConfig{Level: auditinternal.LevelNone}
 }

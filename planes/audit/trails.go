@@ -26,6 +26,16 @@ const CursorAnnotation = "audit.kplane.dev/cursor"
 // DefaultBufferEvents is how many events a plane's trail keeps in memory.
 const DefaultBufferEvents = 1000
 
+// DefaultMaxEventBytes bounds one recorded event, as upstream's log
+// backend does by default: a larger one loses its request and response
+// bodies and says so (TruncatedAnnotation). With it a full ring of a plane
+// holds at most BufferEvents times this, whatever its level.
+const DefaultMaxEventBytes = 100 << 10
+
+// TruncatedAnnotation marks an event recorded without its bodies, with the
+// key and value upstream's truncating backend uses.
+const TruncatedAnnotation = "audit.k8s.io/truncated"
+
 // Planes tells the audit which planes exist and how each is audited.
 type Planes interface {
 	// Lookup returns the plane's uid and level; exists is false for a
@@ -43,6 +53,8 @@ type Config struct {
 	MaxFileBytes int64
 	// MaxOpenFiles bounds the logs kept open at once.
 	MaxOpenFiles int
+	// MaxEventBytes bounds one event (DefaultMaxEventBytes if 0).
+	MaxEventBytes int
 	Planes       Planes
 }
 
@@ -51,6 +63,8 @@ type Trails struct {
 	config  Config
 	disk    *disk
 	encoder runtime.Encoder
+	// buffers are encoding buffers, reused across requests.
+	buffers sync.Pool
 
 	mu     sync.RWMutex
 	trails map[string]*trail
@@ -63,11 +77,15 @@ func NewTrails(config Config) (*Trails, error) {
 	if config.BufferEvents <= 0 {
 		return nil, fmt.Errorf("audit buffer of %d events: want at least 1", config.BufferEvents)
 	}
+	if config.MaxEventBytes <= 0 {
+		config.MaxEventBytes = DefaultMaxEventBytes
+	}
 	t := &Trails{
 		config:  config,
 		encoder: audit.Codecs.LegacyCodec(auditv1.SchemeGroupVersion),
 		trails:  map[string]*trail{},
 	}
+	t.buffers.New = func() any { return new(bytes.Buffer) }
 	if config.Dir != "" {
 		d, err := newDisk(config.Dir, config.MaxFileBytes, config.MaxOpenFiles)
 		if err != nil {
@@ -169,17 +187,32 @@ func (t *Trails) Sweep() {
 
 // encode is the event as served: audit.k8s.io/v1, one line, with its
 // cursor. The event is upstream's, still in use: a shallow copy gets the
-// cursor annotation.
+// cursor annotation. An event over MaxEventBytes is encoded again without
+// its bodies; measured here on the line the trail keeps anyway, not by
+// wrapping the trails in upstream's truncating backend, which encodes
+// every event once more only to learn its size.
 func (t *Trails) encode(ev *auditinternal.Event, cursor uint64) ([]byte, error) {
 	c := *ev
-	c.Annotations = make(map[string]string, len(ev.Annotations)+1)
+	c.Annotations = make(map[string]string, len(ev.Annotations)+2)
 	maps.Copy(c.Annotations, ev.Annotations)
 	c.Annotations[CursorAnnotation] = strconv.FormatUint(cursor, 10)
-	var buf bytes.Buffer
-	if err := t.encoder.Encode(&c, &buf); err != nil {
+	buf := t.buffers.Get().(*bytes.Buffer)
+	defer t.buffers.Put(buf)
+	buf.Reset()
+	if err := t.encoder.Encode(&c, buf); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	if buf.Len() > t.config.MaxEventBytes && (c.RequestObject != nil || c.ResponseObject != nil) {
+		c.RequestObject, c.ResponseObject = nil, nil
+		c.Annotations[TruncatedAnnotation] = "true"
+		buf.Reset()
+		if err := t.encoder.Encode(&c, buf); err != nil {
+			return nil, err
+		}
+	}
+	// A copy of the line's length: the ring keeps it for long, and a
+	// buffer's spare capacity would almost double what a full ring holds.
+	return bytes.Clone(buf.Bytes()), nil
 }
 
 // entry is one recorded event.

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -175,5 +177,95 @@ func TestParseQuery(t *testing.T) {
 	q, watch, err := parseQuery(values)
 	if err != nil || !watch || q.limit != 5 || q.from.IsZero() {
 		t.Fatalf("a good query: %+v %v %v", q, watch, err)
+	}
+}
+
+func TestLargeEventLosesItsBodiesNotItsMetadata(t *testing.T) {
+	trails, err := NewTrails(Config{BufferEvents: 2, MaxEventBytes: 4 << 10, Planes: fixedPlanes{"a": "uid-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, large := event("a", "small"), event("a", "large")
+	small.Level, large.Level = auditinternal.LevelRequestResponse, auditinternal.LevelRequestResponse
+	small.RequestObject = &runtime.Unknown{Raw: []byte(`{"data":{"k":"v"}}`), ContentType: runtime.ContentTypeJSON}
+	large.RequestObject = &runtime.Unknown{Raw: []byte(`{"data":{"k":"` + strings.Repeat("x", 8<<10) + `"}}`), ContentType: runtime.ContentTypeJSON}
+	trails.ProcessEvents(small, large)
+	got := trails.trail("a", "uid-a").read(query{}, trails, false).entries
+	if len(got) != 2 {
+		t.Fatalf("%d events, want 2", len(got))
+	}
+	if line := string(got[0].line); !strings.Contains(line, `"requestObject"`) || strings.Contains(line, TruncatedAnnotation) {
+		t.Errorf("a small event lost its body: %s", line)
+	}
+	line := string(got[1].line)
+	if len(line) > 4<<10 || strings.Contains(line, `"requestObject"`) || !strings.Contains(line, `"`+TruncatedAnnotation+`":"true"`) ||
+		!strings.Contains(line, `"name":"large"`) {
+		t.Errorf("a large event (%d bytes) was not cut to its metadata: %.300s", len(line), line)
+	}
+	// Allocation size classes round up by at most an eighth.
+	if cap(got[1].line) > len(got[1].line)+len(got[1].line)/8 {
+		t.Errorf("a kept line holds %d bytes for %d", cap(got[1].line), len(got[1].line))
+	}
+	if large.Annotations[TruncatedAnnotation] != "" || large.RequestObject == nil {
+		t.Error("upstream's event was changed")
+	}
+}
+
+func TestUnknownLevelIsAuditedAtTheDefault(t *testing.T) {
+	u := &planeUser{Info: &user.DefaultInfo{Name: "u"}, level: "Everything"}
+	attrs := authorizer.AttributesRecord{User: u, Verb: "create", Resource: "configmaps", ResourceRequest: true}
+	if got := NewEvaluator().EvaluatePolicyRule(attrs).Level; got != DefaultLevel {
+		t.Fatalf("unknown level evaluated at %q, want %q", got, DefaultLevel)
+	}
+}
+
+// TestPlanesRecordAndFollowConcurrently: planes recording, readers
+// following and a plane deleted, all at once (for the race detector); a
+// follower of a deleted plane is woken and told.
+func TestPlanesRecordAndFollowConcurrently(t *testing.T) {
+	known := fixedPlanes{"a": "uid-a", "b": "uid-b"}
+	trails, err := NewTrails(Config{BufferEvents: 16, Dir: t.TempDir(), MaxFileBytes: 4 << 10, Planes: known})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := trails.trail("b", "uid-b").read(query{}, trails, true)
+	var wg sync.WaitGroup
+	for _, plane := range []string{"a", "b"} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				trails.ProcessEvents(event(plane, fmt.Sprint(i)))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			var after uint64
+			for range 50 {
+				p := trails.trail(plane, types.UID("uid-"+plane)).read(query{after: after}, trails, true)
+				for _, e := range p.entries {
+					if !strings.Contains(string(e.line), `"kplane.dev/plane":"`+plane+`"`) {
+						t.Errorf("an event of another plane in %s's trail: %s", plane, e.line)
+					}
+					after = e.cursor
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-waiting.changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a follower was not woken by new events")
+	}
+	follower := trails.trail("a", "uid-a").read(query{}, trails, true)
+	trails.ForgetPlane("a")
+	select {
+	case <-follower.changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a follower of a deleted plane was not woken")
+	}
+	if p := trails.trail("a", "uid-a").read(query{}, trails, false); len(p.entries) != 0 {
+		t.Fatalf("a deleted plane's trail still holds %d events", len(p.entries))
 	}
 }

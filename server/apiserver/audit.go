@@ -83,8 +83,12 @@ func (p *auditPlanes) Lookup(plane string) (types.UID, audit.Level, bool) {
 	level := p.defaultLevel
 	obj, found, err := manager.Informer().GetStore().GetByKey(plane)
 	if u, ok := obj.(*unstructured.Unstructured); ok && found && err == nil {
+		// The CRD admits only the known levels; a Plane stored before it
+		// did keeps the default rather than reach the evaluator unknown.
 		if s, set, _ := unstructured.NestedString(u.Object, "spec", "audit", "level"); set && s != "" {
-			level = audit.Level(s)
+			if l, err := audit.ParseLevel(s); err == nil {
+				level = l
+			}
 		}
 	}
 	return uid, level, true
