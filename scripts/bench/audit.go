@@ -110,7 +110,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 			fmt.Sprintf("off: a server with --audit-buffer-events=0 (no audit filter at all); metadata, requestresponse: planes of a second server at those levels. "+
 				"Each round runs %d requests of each verb from %d clients against each configuration in turn; figures are the median of %d rounds.", p.Ops, p.Workers, p.Rounds),
 			"overhead_pct: throughput lost against off (negative: faster, i.e. noise). GET reads one of 10 configmaps, LIST lists them, CREATE writes a new one (with its body recorded at RequestResponse).",
-			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane; lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each.",
+			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane; lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each; heap_1000_planes: heap_per_plane times 1,000.",
 		},
 	}, nil
 }
@@ -203,7 +203,9 @@ func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error
 		if err != nil {
 			return err
 		}
-		figures["full_trail_"+level.name+"_heap_per_plane_mib"] = (after - before) / float64(p.FullPlanes) / (1 << 20)
+		perPlane := (after - before) / float64(p.FullPlanes) / (1 << 20)
+		figures["full_trail_"+level.name+"_heap_per_plane_mib"] = perPlane
+		figures["full_trail_"+level.name+"_heap_1000_planes_gib"] = perPlane * 1000 / 1024
 		// What the ring holds: the lines, and a 56-byte entry per event.
 		figures["full_trail_"+level.name+"_lines_per_plane_mib"] = float64(lineBytes+56*lines) / float64(p.FullPlanes) / (1 << 20)
 		figures["full_trail_"+level.name+"_line_bytes"] = float64(lineBytes) / float64(max(1, lines))
