@@ -94,7 +94,9 @@ type step struct {
 	code                 int32
 }
 
-func (s step) String() string { return fmt.Sprintf("%s %s/%s -> %d", s.verb, s.resource, s.name, s.code) }
+func (s step) String() string {
+	return fmt.Sprintf("%s %s/%s -> %d", s.verb, s.resource, s.name, s.code)
+}
 
 // kubectlSteps are the trail's events of kubectl on namespaces and
 // configmaps, in order.
@@ -492,13 +494,13 @@ func TestAuditFollowCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var mu sync.Mutex
+	stderr := &lockedWriter{mu: &mu}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = cmd.Wait() }()
-	var mu sync.Mutex
 	var seen []string
 	go func() {
 		scanner := bufio.NewScanner(stdout)
@@ -517,7 +519,7 @@ func TestAuditFollowCLI(t *testing.T) {
 				return nil
 			}
 		}
-		return fmt.Errorf("%d lines, none the create of %s (stderr %q)", len(seen), name, stderr.String())
+		return fmt.Errorf("%d lines, none the create of %s (stderr %q)", len(seen), name, stderr.buf.String())
 	}
 	framework.Eventually(t, framework.DefaultTimeout, "the backlog printed", func(context.Context) error { return contains("first") })
 	s.MustKubectl(t, plane, "", "create", "configmap", "second")
@@ -533,5 +535,70 @@ func TestAuditFollowCLI(t *testing.T) {
 	out, err = exec.Command(bin, "audit", plane, "--since", "x", "--data-dir", s.DataDir).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "since") {
 		t.Fatalf("kplane audit --since x: %v\n%s", err, out)
+	}
+}
+
+// lockedWriter collects a command's output under the lock its reader
+// takes.
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// TestAuditTrailStartsAfreshOnReset: a reset ends an episode, and the
+// plane's trail with it: the new trail starts at cursor 1, holds the reset
+// request and nothing of the episode before.
+func TestAuditTrailStartsAfreshOnReset(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	plane := uniquePlane(t, "audit-reset")
+	if _, err := s.Client(t, plane).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "episode-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recorded := func(events []auditv1.Event) bool {
+		for _, ev := range events {
+			if ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Name == "episode-1" {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, framework.DefaultTimeout, "the episode's create in the trail", func() (bool, error) {
+		_, events, _ := readAudit(t, s, plane, "", "")
+		return recorded(events), nil
+	})
+	if code := resetPlane(t, s, plane); code != http.StatusOK {
+		t.Fatalf("reset %s: %d", plane, code)
+	}
+	// The reset's own event is recorded as its request ends, which may
+	// be just after its client has the answer.
+	var events []auditv1.Event
+	var body []byte
+	eventually(t, framework.DefaultTimeout, "the reset in the trail", func() (bool, error) {
+		var code int
+		code, events, body = readAudit(t, s, plane, "", "")
+		if code != http.StatusOK {
+			return false, fmt.Errorf("GET audit after the reset: %d %s", code, body)
+		}
+		for _, ev := range events {
+			if ev.RequestURI == "/reset" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusOK {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if recorded(events) {
+		t.Fatal("the episode before the reset is still in the trail")
+	}
+	if cursorOf(t, events[0]) != 1 {
+		t.Fatalf("after the reset the trail does not start at cursor 1:\n%s", body)
 	}
 }
