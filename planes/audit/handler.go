@@ -126,10 +126,19 @@ func (h *Handler) authorize(ctx context.Context, plane string, watch bool) error
 // deleted or the reader falls more than the ring behind.
 func follow(ctx context.Context, w http.ResponseWriter, tr *trail, t *Trails, q query, p page) {
 	flusher, _ := w.(http.Flusher)
+	// Only the first page can be cut short by limit=; every later read
+	// takes all that is new.
+	cut := q.limit > 0 && len(p.entries) == q.limit
 	q.limit = 0
 	for {
-		if len(p.entries) > 0 {
+		if cut {
 			q.after = p.entries[len(p.entries)-1].cursor
+			cut = false
+		} else {
+			// Every event up to the newest was sent or left out by a
+			// since= time: a first page that sent none must not read as
+			// a reader the ring has moved past.
+			q.after = max(q.after, p.last)
 		}
 		if flusher != nil {
 			flusher.Flush()

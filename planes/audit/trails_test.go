@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -268,4 +271,64 @@ func TestPlanesRecordAndFollowConcurrently(t *testing.T) {
 	if p := trails.trail("a", "uid-a").read(query{}, trails, false); len(p.entries) != 0 {
 		t.Fatalf("a deleted plane's trail still holds %d events", len(p.entries))
 	}
+}
+
+// lockedResponse is a ResponseWriter a test reads while follow writes.
+type lockedResponse struct {
+	mu   sync.Mutex
+	body strings.Builder
+}
+
+func (r *lockedResponse) Header() http.Header { return http.Header{} }
+func (r *lockedResponse) WriteHeader(int)     {}
+func (r *lockedResponse) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body.Write(p)
+}
+func (r *lockedResponse) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body.String()
+}
+
+// TestFollowFromATimeAfterTheRingWrapped: a follower whose since= time
+// left every kept event out is not taken for one the ring has moved past.
+func TestFollowFromATimeAfterTheRingWrapped(t *testing.T) {
+	trails, err := NewTrails(Config{BufferEvents: 3, Planes: fixedPlanes{"a": "uid-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		trails.ProcessEvents(event("a", fmt.Sprint(i)))
+	}
+	tr := trails.trail("a", "uid-a")
+	q := query{from: time.Now().Add(time.Minute)}
+	first := tr.read(q, trails, true)
+	if len(first.entries) != 0 || checkCursor(q, first) != nil {
+		t.Fatalf("first page of a later time: %s", names(first.entries))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &lockedResponse{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		follow(ctx, w, tr, trails, q, first)
+	}()
+	later := event("a", "new")
+	later.StageTimestamp = metav1.NewMicroTime(q.from.Add(time.Second))
+	trails.ProcessEvents(later)
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case <-done:
+			return false, fmt.Errorf("the follower ended")
+		default:
+			return strings.Contains(w.String(), `"name":"new"`), nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("the new event was not followed (%v): %q", err, w.String())
+	}
+	cancel()
+	<-done
 }
