@@ -10,7 +10,9 @@
 //   - Evaluator applies upstream's policy of that level;
 //   - Trails is the audit Backend: it files each event under its plane, in
 //     a bounded ring in memory (allocated on the plane's first event) and,
-//     with a directory, a rotated JSON-lines file per plane;
+//     with a directory, a rotated JSON-lines file per plane; an event over
+//     DefaultMaxEventBytes is kept without its bodies, so a full ring is
+//     bounded whatever the plane's level;
 //   - Handler serves GET /audit of a plane (JSON lines, watch=true follows)
 //     to the identities the plane's RBAC lets get/watch kplane.dev "audit".
 //
