@@ -55,7 +55,7 @@ type Config struct {
 	MaxOpenFiles int
 	// MaxEventBytes bounds one event (DefaultMaxEventBytes if 0).
 	MaxEventBytes int
-	Planes       Planes
+	Planes        Planes
 }
 
 // Trails is the server's audit backend: every plane's trail.
