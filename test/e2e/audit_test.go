@@ -313,6 +313,18 @@ func TestAuditPermission(t *testing.T) {
 		}
 		return false, fmt.Errorf("the refused read is not in the trail")
 	})
+	// The token request is recorded with its subresource.
+	_, events, _ := readAudit(t, s, plane, "", "")
+	tokenRequested := false
+	for _, ev := range events {
+		if r := ev.ObjectRef; r != nil && ev.Verb == "create" && r.Resource == "serviceaccounts" && r.Subresource == "token" &&
+			r.Namespace == "default" && r.Name == "agent" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusCreated {
+			tokenRequested = true
+		}
+	}
+	if !tokenRequested {
+		t.Errorf("the agent's token request (serviceaccounts/token) is not in the trail")
+	}
 	// get does not grant following.
 	if code, _, body := readAudit(t, s, plane, token, "watch=true"); code != http.StatusForbidden {
 		t.Fatalf("watch with get only: %d %s", code, body)
