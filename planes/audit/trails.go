@@ -179,9 +179,17 @@ func (t *Trails) Sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for plane, uid := range t.disk.planes() {
-		if known, _, exists := t.config.Planes.Lookup(plane); !exists || known != uid {
-			t.forgetLocked(plane)
+		known, _, exists := t.config.Planes.Lookup(plane)
+		if exists && known == uid {
+			continue
 		}
+		// A trail of the plane as it is now was made before the sweep
+		// began: it replaces the stale log itself when it reads it, and
+		// forgetting it here would lose what it is recording.
+		if tr := t.trails[plane]; exists && tr != nil && tr.uid == known {
+			continue
+		}
+		t.forgetLocked(plane)
 	}
 }
 

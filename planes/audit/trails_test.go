@@ -332,3 +332,33 @@ func TestFollowFromATimeAfterTheRingWrapped(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestSweepSparesATrailMadeBeforeIt: after a restart, a request to a
+// plane made again while the server was down has its trail before the
+// sweep reads the stale log; the sweep must not end that trail.
+func TestSweepSparesATrailMadeBeforeIt(t *testing.T) {
+	dir := t.TempDir()
+	known := fixedPlanes{"a": "uid-old"}
+	config := Config{BufferEvents: 4, Dir: dir, Planes: known}
+	before, err := NewTrails(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.ProcessEvents(event("a", "old"))
+	before.Shutdown()
+
+	known["a"] = "uid-new"
+	after, err := NewTrails(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := after.trail("a", "uid-new") // the request has its trail, not yet its event
+	after.Sweep()
+	if err := tr.record(event("a", "new"), after); err != nil {
+		t.Fatal(err)
+	}
+	got := after.trail("a", "uid-new").read(query{}, after, false).entries
+	if len(got) != 1 || !strings.Contains(string(got[0].line), `"name":"new"`) || got[0].cursor != 1 {
+		t.Fatalf("the new plane's trail after the sweep holds %s", names(got))
+	}
+}
