@@ -28,6 +28,7 @@ func main() {
 			kplanecli.PlanesCommand(),
 			kplanecli.HealthcheckCommand(),
 			kplanecli.SnapshotCommand(),
+			kplanecli.AuditCommand(),
 		},
 	}
 	cli.VersionPrinter = func(*cli.Context) { fmt.Println(version.String()) }

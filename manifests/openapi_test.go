@@ -28,6 +28,8 @@ var sdkOperations = []struct{ path, method string }{
 	{"/apis/kplane.dev/v1/fleets", "post"},
 	{"/apis/kplane.dev/v1/fleets/{name}", "get"},
 	{"/apis/kplane.dev/v1/fleets/{name}", "delete"},
+	{"/audit", "get"},
+	{"/clusters/{cluster}/control-plane/audit", "get"},
 	{"/openapi/kplane.yaml", "get"},
 	{"/openapi/kplane.json", "get"},
 }
@@ -39,6 +41,9 @@ var sdkFields = map[string][]string{
 	"SnapshotResource": {"!group", "!version", "!resource", "!kind", "!namespaced", "!synced", "!itemCount", "resourceVersion", "!items"},
 	"SnapshotEvent":    {"!type", "object", "group", "resource", "resourceVersion"},
 	"Plane":            {"!apiVersion", "!kind", "metadata", "spec", "status"},
+	"PlaneSpec":        {"template", "from", "audit"},
+	"PlaneAudit":       {"level"},
+	"AuditEvent":       {"!apiVersion", "!kind", "!level", "!auditID", "!stage", "!requestURI", "!verb", "!user", "objectRef", "responseStatus", "requestObject", "responseObject", "!requestReceivedTimestamp", "!stageTimestamp", "!annotations"},
 	"PlaneStatus":      {"phase", "objectCount", "bootstrappedAt", "message"},
 	"PlaneList":        {"!items", "metadata"},
 	"Fleet":            {"!apiVersion", "!kind", "metadata", "!spec", "status"},
@@ -113,6 +118,9 @@ func TestOpenAPISchemasCompile(t *testing.T) {
 		{"Fleet", `{"apiVersion":"kplane.dev/v1","kind":"Fleet","metadata":{"name":"f"},"spec":{"replicas":2},"status":{"replicas":2,"readyReplicas":1,"members":[{"name":"f-0000","phase":"Ready"},{"name":"f-0001","phase":"Pending"}]}}`, true},
 		{"Fleet", `{"apiVersion":"kplane.dev/v1","kind":"Fleet","metadata":{"name":"f"},"spec":{"replicas":2},"status":{"members":[{"name":"f-0000","phase":"Gone"}]}}`, false},
 		{"Plane", `{"apiVersion":"kplane.dev/v1","kind":"Plane","metadata":{"name":"p"},"status":{"phase":"Ready","objectCount":20}}`, true},
+		{"AuditEvent", `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a","stage":"ResponseComplete","requestURI":"/api/v1/namespaces","verb":"list","user":{"username":"u","groups":["g"]},"objectRef":{"resource":"namespaces","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200},"requestReceivedTimestamp":"2026-11-24T13:49:27.753258Z","stageTimestamp":"2026-11-24T13:49:27.839259Z","annotations":{"audit.kplane.dev/cursor":"1","kplane.dev/plane":"a"}}`, true},
+		{"AuditEvent", `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"a","stage":"ResponseComplete","requestURI":"/","verb":"get","user":{},"requestReceivedTimestamp":"2026-11-24T13:49:27Z","stageTimestamp":"2026-11-24T13:49:27Z","annotations":{"kplane.dev/plane":"a"}}`, false},
+		{"AuditEvent", `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"None","auditID":"a","stage":"ResponseComplete","requestURI":"/","verb":"get","user":{},"requestReceivedTimestamp":"2026-11-24T13:49:27Z","stageTimestamp":"2026-11-24T13:49:27Z","annotations":{"audit.kplane.dev/cursor":"1","kplane.dev/plane":"a"}}`, false},
 		{"Status", `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, true},
 		{"Status", `{"kind":"Status","apiVersion":"v1","status":"Failure","code":"404"}`, false},
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 
 	"kplane.dev/kplane/datastore"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
@@ -228,6 +229,12 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		ReadyzChecks:                []healthz.HealthChecker{c.Certificates.ReadyzCheck()},
 		SnapshotStreams: snapshot.StreamLimits{
 			PerUser: c.Options.SnapshotMaxStreamsPerUser, Total: c.Options.SnapshotMaxStreams, MaxTimeout: c.Options.SnapshotMaxStreamTimeout,
+		},
+		Audit: apiserver.AuditConfig{
+			BufferEvents: c.Options.AuditBufferEvents,
+			Dir:          c.Options.AuditDir,
+			MaxFileBytes: int64(c.Options.AuditMaxFileSize) << 20,
+			DefaultLevel: audit.Level(c.Options.AuditLevel),
 		},
 		Webhooks: apiserver.WebhookConfig{
 			EgressAllow:         c.Options.WebhookEgressAllowCIDRs,

@@ -72,3 +72,18 @@ func TestFlagsProfile(t *testing.T) {
 		t.Errorf("--profile workloads: %v", err)
 	}
 }
+
+// Bad audit flags stop the server before it starts, naming the flag.
+func TestAuditFlagsValidated(t *testing.T) {
+	if err := run(t, "--audit-buffer-events", "50", "--audit-level", "RequestResponse").Validate(); err != nil {
+		t.Fatalf("good audit flags: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--audit-level", "Everything"}, {"--audit-buffer-events", "-1"}, {"--audit-max-file-size", "0"},
+	} {
+		err := run(t, args...).Validate()
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%s %s: %v, want an error naming the flag", args[0], args[1], err)
+		}
+	}
+}

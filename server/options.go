@@ -11,6 +11,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"kplane.dev/kplane/datastore"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/webhooks"
 	"kplane.dev/kplane/server/apiserver"
@@ -110,6 +111,15 @@ type Options struct {
 	// WebhookMaxInFlightPerPlane bounds the webhook calls of one plane in
 	// flight at once (0: no bound).
 	WebhookMaxInFlightPerPlane int
+
+	// AuditBufferEvents is how many events each plane's audit trail keeps
+	// in memory (0: no audit at all); AuditDir, if set, keeps a JSON-lines
+	// log per plane there, rotated at AuditMaxFileSize MiB; AuditLevel is
+	// the level of planes whose Plane sets none (the root plane's too).
+	AuditBufferEvents int
+	AuditDir          string
+	AuditMaxFileSize  int
+	AuditLevel        string
 }
 
 // NewOptions returns the defaults.
@@ -140,6 +150,9 @@ func NewOptions() *Options {
 		SnapshotMaxStreams:          snapshot.DefaultMaxStreams,
 		SnapshotMaxStreamTimeout:    snapshot.DefaultMaxStreamTimeout,
 		WebhookMaxInFlightPerPlane:  64,
+		AuditBufferEvents:           audit.DefaultBufferEvents,
+		AuditMaxFileSize:            audit.DefaultMaxFileBytes >> 20,
+		AuditLevel:                  string(audit.DefaultLevel),
 	}
 }
 
@@ -201,6 +214,15 @@ func (o *Options) Validate() error {
 	}
 	if o.SnapshotMaxStreamTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("--snapshot-max-stream-timeout %s: want at least 1s", o.SnapshotMaxStreamTimeout))
+	}
+	if o.AuditBufferEvents < 0 {
+		errs = append(errs, fmt.Sprintf("--audit-buffer-events %d must not be negative (0: no audit)", o.AuditBufferEvents))
+	}
+	if o.AuditMaxFileSize < 1 {
+		errs = append(errs, fmt.Sprintf("--audit-max-file-size %d: want at least 1 (MiB)", o.AuditMaxFileSize))
+	}
+	if _, err := audit.ParseLevel(o.AuditLevel); err != nil {
+		errs = append(errs, "--audit-level: "+err.Error())
 	}
 	if _, err := o.simulationOptions(); err != nil {
 		errs = append(errs, err.Error())

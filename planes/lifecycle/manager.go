@@ -310,6 +310,22 @@ func (m *Manager) Phase(plane string) (Phase, bool) {
 	return s.phase, true
 }
 
+// UID returns the uid of the Plane of plane as the manager knows it (a
+// plane provisioned by a request is known before the informer has it),
+// and false if no such plane exists. Root's is "root".
+func (m *Manager) UID(plane string) (types.UID, bool) {
+	if plane == planes.Root {
+		return planes.Root, true
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s, ok := m.state[plane]
+	if !ok {
+		return "", false
+	}
+	return s.uid, true
+}
+
 // Count is the number of planes (root excluded).
 func (m *Manager) Count() int {
 	m.mu.RLock()

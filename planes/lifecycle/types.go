@@ -30,6 +30,14 @@ type PlaneSpec struct {
 	// Simulation shapes the plane's simulated cluster; nothing in the
 	// plane can read or change it.
 	Simulation *SimulationSpec `json:"simulation,omitempty"`
+	// Audit says how the plane's requests are recorded in its trail.
+	Audit *AuditSpec `json:"audit,omitempty"`
+}
+
+// AuditSpec is the audit level of a plane: None, Metadata, Request or
+// RequestResponse (planes/audit); empty is the server's default.
+type AuditSpec struct {
+	Level string `json:"level,omitempty"`
 }
 
 // SimulationSpec is the part of a plane's simulated cluster set from root.

@@ -26,7 +26,7 @@ const (
 // cross-plane information through a tenant's URL.
 var planeScopedPaths = []string{
 	"/api", "/apis", "/healthz", "/livez", "/readyz", "/version",
-	"/openapi/v2", "/openapi/v3", "/snapshot", "/reset",
+	"/openapi/v2", "/openapi/v3", "/snapshot", "/reset", "/audit",
 	"/.well-known/openid-configuration", "/openid/v1/jwks",
 }
 

@@ -51,7 +51,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -81,6 +81,8 @@ func main() {
 	webhookCreates := flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
 	webhookPlanes := flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
 	profilesStored := flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
+	auditOps := flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
+	auditRounds := flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -103,6 +105,7 @@ func main() {
 		*policyCreates, *policyPlanes = min(*policyCreates, 50), min(*policyPlanes, 20)
 		*webhookCreates, *webhookPlanes = min(*webhookCreates, 50), min(*webhookPlanes, 50)
 		*profilesStored = "20,50"
+		*auditOps, *auditRounds = min(*auditOps, 100), min(*auditRounds, 1)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -159,6 +162,8 @@ func main() {
 			if stored, err = parseCounts(*profilesStored); err == nil {
 				res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *workers, Old: *oldBinary})
 			}
+		case "audit":
+			res, err = auditScenario(bin, auditParams{Ops: *auditOps, Workers: *workers, Rounds: *auditRounds, FullPlanes: 5, BufferEvents: 1000})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

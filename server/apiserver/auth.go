@@ -22,6 +22,7 @@ import (
 	"k8s.io/kubernetes/pkg/serviceaccount"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/snapshot"
 )
@@ -90,6 +91,7 @@ func newAuthorizer(adminUser string, planeRBAC authorizer.Authorizer) (authorize
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/public-paths", Authorizer: public},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/snapshot", Authorizer: snapshot.PathAuthorizer()},
+		union.NamedAuthorizer{AuthorizerName: "kplane.dev/audit", Authorizer: audit.PathAuthorizer()},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/impersonation", Authorizer: authorizer.AuthorizerFunc(auth.ImpersonationGuard{PrivilegedUsers: []string{adminUser}}.Authorize)},
 		union.NamedAuthorizer{AuthorizerName: "kplane.dev/rbac", Authorizer: planeRBAC},
 	)

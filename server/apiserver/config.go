@@ -36,6 +36,7 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/admission/defaulttolerationseconds"
 
 	"kplane.dev/kplane/planes/admission"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
@@ -114,6 +115,8 @@ type Config struct {
 	ReadyzChecks []healthz.HealthChecker
 	// Webhooks configures how planes' admission webhooks are called.
 	Webhooks WebhookConfig
+	// Audit configures the planes' audit trails.
+	Audit AuditConfig
 }
 
 // EtcdConfig says how to reach the etcd API of the datastore.
@@ -149,6 +152,8 @@ type completedConfig struct {
 	// webhooks are the admission webhook plugins; the plane manager tells
 	// them about deleted planes.
 	webhooks webhookPlugins
+	// audit keeps the planes' trails (nil: auditing off).
+	audit *auditParts
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -188,11 +193,17 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	// New installs the OpenAPI documents, v2 built on its first request.
 	genericConfig.SkipOpenAPIInstallation = true
 	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
-	if err := c.configureAuth(genericConfig, stores); err != nil {
+	auditParts, err := c.newAudit(genericConfig)
+	if err != nil {
+		return CompletedConfig{}, fmt.Errorf("audit: %w", err)
+	}
+	if err := c.configureAuth(genericConfig, stores, auditParts); err != nil {
 		return CompletedConfig{}, err
 	}
-	// A delta stream of a snapshot is a watch for every filter of the chain.
-	genericConfig.RequestInfoResolver = snapshot.RequestInfoResolver{Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}
+	// A delta stream of a snapshot and a followed audit trail are watches
+	// for every filter of the chain.
+	genericConfig.RequestInfoResolver = audit.RequestInfoResolver{Delegate: snapshot.RequestInfoResolver{
+		Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}}
 	// The kplane filters of the chain are made of components that need the
 	// server itself (its handlers, discovery, OpenAPI): New builds the chain
 	// last, once they exist (handlerChain), so none is bound late.
@@ -222,6 +233,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		metrics:         planeMetrics,
 		crdGetters:      getters,
 		webhooks:        hooks,
+		audit:           auditParts,
 	}}, nil
 }
 
@@ -239,7 +251,7 @@ func newPlaneStorage() *planestorage.Registry {
 
 // configureAuth replaces upstream authentication and authorization with
 // their plane-aware counterparts.
-func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *planestorage.Registry) error {
+func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *planestorage.Registry, auditParts *auditParts) error {
 	saTokens, err := auth.NewServiceAccountTokens(c.ExternalURL, c.ServiceAccountKey, genericConfig.Authentication.APIAudiences,
 		auth.ServiceAccountRegistries{
 			ServiceAccounts: storageGetter{stores: stores, resource: corev1.Resource("serviceaccounts"), namespaced: true},
@@ -254,6 +266,11 @@ func (c *Config) configureAuth(genericConfig *genericapiserver.Config, stores *p
 	// system:authenticated to the groups.
 	genericConfig.Authentication.Authenticator = anonymousPublic{delegate: unionauth.New(
 		genericConfig.Authentication.Authenticator, group.NewAuthenticatedGroupAdder(bearertoken.New(saTokens)))}
+	if auditParts != nil {
+		// The audit policy learns the plane's level from the user.
+		genericConfig.Authentication.Authenticator = audit.Authenticator{
+			Delegate: genericConfig.Authentication.Authenticator, Planes: auditParts.planes}
+	}
 	rbac := auth.NewRBAC(func(resource string) *planestorage.Store {
 		return stores.Storage(rbacv1.Resource(resource))
 	})

@@ -23,6 +23,7 @@ import (
 
 	"kplane.dev/kplane/fleet"
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
@@ -79,7 +80,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	forget = append(forget, customResources, genericControllers, c.metrics,
 		c.webhooks.validating, c.webhooks.mutating, c.policies)
-	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(forget, sim))
+	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(c.withAudit(forget), sim))
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +196,9 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		return nil, err
 	}
 	c.planesAdmission.SetPlaneCounter(manager)
+	if c.audit != nil {
+		c.audit.planes.manager.Store(manager)
+	}
 	c.storage.SetLayers(manager)
 	return manager, nil
 }
@@ -223,6 +227,8 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	gc := c.controlPlane.Generic.Config
 	handler := snapshots.Filter(director)
 	handler = customResources.Filter(handler)
+	handler = c.audit.filter(handler, &audit.Handler{
+		Trails: c.audit.trailsOrNil(), Authorizer: gc.Authorization.Authorizer, Serializer: gc.Serializer})
 	// Counted after the lifecycle filter: only planes that exist get a
 	// counter.
 	handler = c.metrics.Filter(handler)
@@ -303,6 +309,18 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		go releaseStartupMemory(ctx, s)
 		return nil
 	})
+	if c.audit != nil {
+		server.AddPostStartHookOrDie("kplane-audit", func(ctx genericapiserver.PostStartHookContext) error {
+			// The logs of planes deleted while the server was down go once
+			// every plane is known.
+			go func() {
+				if waitFor(ctx, s.planes.HasSynced) == nil {
+					c.audit.trails.Sweep()
+				}
+			}()
+			return nil
+		})
+	}
 	server.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
 		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
 			return err

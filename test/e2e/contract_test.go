@@ -10,6 +10,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kplane.dev/kplane/manifests"
 	"kplane.dev/kplane/manifests/contract"
@@ -262,5 +266,61 @@ func TestContractFleetResponses(t *testing.T) {
 	}
 	if doc.Validate("Fleet", body) != nil {
 		mustValidate(t, doc, "Status", "delete Fleet answer", body)
+	}
+}
+
+// TestContractAuditResponses: every line of a plane's trail (Metadata and
+// RequestResponse events, refusals) is an AuditEvent; its errors are
+// Statuses.
+func TestContractAuditResponses(t *testing.T) {
+	doc := servedContract(t)
+	plane := uniquePlane(t, "contract-audit")
+	base := shared.PlaneURL(plane)
+	create := func(name string) {
+		code, body := contractDo(t, http.MethodPost, base+"/api/v1/namespaces/default/configmaps", map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}, "data": map[string]string{"k": "v"},
+		})
+		if code != http.StatusCreated {
+			t.Fatalf("create configmap %s: %d %s", name, code, body)
+		}
+	}
+	create("metadata-only")
+	patch := []byte(`{"spec":{"audit":{"level":"RequestResponse"}}}`)
+	if _, err := shared.Dynamic(t, "root").Resource(planeGVR).Patch(context.Background(), plane, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("set the audit level: %v", err)
+	}
+	code, body := contractDo(t, http.MethodGet, shared.URL+"/apis/kplane.dev/v1/planes/"+plane, nil)
+	mustValidate(t, doc, "Plane", "Plane with an audit level", body)
+	eventually(t, framework.DefaultTimeout, "a write recorded with its body", func() (bool, error) {
+		name := fmt.Sprintf("with-body-%d", time.Now().UnixNano())
+		create(name)
+		code, body := contractDo(t, http.MethodGet, base+"/audit", nil)
+		if code != http.StatusOK {
+			return false, fmt.Errorf("GET audit: %d %s", code, body)
+		}
+		return strings.Contains(string(body), `"requestObject"`) && strings.Contains(string(body), name), nil
+	})
+	contractDo(t, http.MethodGet, base+"/api/v1/namespaces/default/configmaps/missing", nil)
+	code, body = contractDo(t, http.MethodGet, base+"/audit", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET audit: %d %s", code, body)
+	}
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	for i, line := range lines {
+		mustValidate(t, doc, "AuditEvent", fmt.Sprintf("audit line %d", i), []byte(line))
+	}
+	code, body = contractDo(t, http.MethodGet, shared.URL+"/audit?limit=3", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET root audit: %d %s", code, body)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		mustValidate(t, doc, "AuditEvent", fmt.Sprintf("root audit line %d", i), []byte(line))
+	}
+	for what, query := range map[string]string{"bad since": "?since=yesterday", "bad limit": "?limit=0", "gone cursor": "?since=99999999"} {
+		code, body := contractDo(t, http.MethodGet, base+"/audit"+query, nil)
+		if code < 400 {
+			t.Errorf("%s: %d, want an error", what, code)
+		}
+		mustValidate(t, doc, "Status", what, body)
 	}
 }

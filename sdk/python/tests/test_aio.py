@@ -88,6 +88,24 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(kplane.BadRequestError):
             await plane.state(resource="nosuchthings")
 
+    async def test_audit_and_watch_audit(self) -> None:
+        plane = self.aclient.plane(unique("aaudit"))
+        await asyncio.to_thread(create_configmap, self.client.plane(plane.name), "first")
+        watch = await plane.watch_audit(read_timeout=30)
+        async with watch:
+            await asyncio.to_thread(create_configmap, self.client.plane(plane.name), "second")
+            async for event in watch:
+                if event.verb == "create" and event.name == "second":
+                    break
+            else:
+                self.fail("the followed trail ended without the create")
+            self.assertGreater(watch.cursor, 0)
+        events = await plane.audit(limit=1)
+        self.assertEqual(len(events), 1)
+        self.assertIsInstance(events[0], kplane.AuditEvent)
+        with self.assertRaises(kplane.BadRequestError):
+            await plane.audit(limit=0)
+
     async def test_concurrent_states(self) -> None:
         planes = [self.aclient.plane(unique("many")) for _ in range(16)]
         snaps = await asyncio.gather(*(p.state(resource="namespaces", include_empty=True) for p in planes))

@@ -428,6 +428,100 @@ class SnapshotTest(ServerTestCase):
         self.assertEqual((err.exception.code, err.exception.reason), (410, "Expired"))
 
 
+class AuditTest(ServerTestCase):
+    def test_audit_records_requests_in_order(self) -> None:
+        plane = self.client.plane(unique("audit"))
+        create_configmap(plane, "one")
+        with self.assertRaises(kplane.ConflictError):
+            create_configmap(plane, "one")
+        with self.assertRaises(kplane.NotFoundError):
+            self.client.request("GET", plane.path("/api/v1/namespaces/default/configmaps/missing"))
+
+        def mine():
+            events = [e for e in plane.audit() if e.resource == "configmaps"]
+            return events if len(events) >= 3 else None
+
+        events = eventually(mine)
+        self.assertEqual([(e.verb, e.name, e.code) for e in events[:3]], [("create", "one", 201), ("create", "one", 409), ("get", "missing", 404)])
+        for e in events:
+            self.assertIsInstance(e, kplane.AuditEvent)
+            self.assertEqual(e.raw["apiVersion"], "audit.k8s.io/v1")
+            self.assertEqual(e.raw["annotations"]["kplane.dev/plane"], plane.name)
+            self.assertEqual(e.level, "Metadata")
+            self.assertIsNone(e.request_object)
+            self.assertTrue(e.user)
+            self.assertGreaterEqual(e.latency, timedelta(0))
+        cursors = [e.cursor for e in events]
+        self.assertEqual(cursors, sorted(cursors))
+        # since= a cursor: only what came after; limit caps the count.
+        after = plane.audit(since=events[0].cursor, limit=2)
+        self.assertEqual(len(after), 2)
+        self.assertEqual(after[0].cursor, events[0].cursor + 1)
+        # since= a time: from then on.
+        self.assertTrue(all(e.stage_timestamp >= events[1].stage_timestamp for e in plane.audit(since=events[1].stage_timestamp)))
+        # Another plane's trail holds none of it.
+        other = self.client.plane(unique("audit-other"))
+        create_configmap(other, "two")
+        self.assertNotIn("one", [e.name for e in other.audit()])
+
+    def test_audit_level_and_bad_input(self) -> None:
+        plane = self.client.plane(unique("audit-level"))
+        create_configmap(plane, "first")
+        plane.set_audit_level("RequestResponse")
+
+        def with_body():
+            name = unique("body")
+            create_configmap(plane, name)
+            found = [e for e in plane.audit() if e.verb == "create" and e.name == name]
+            return found[0] if found and found[0].request_object else None
+
+        event = eventually(with_body)
+        self.assertEqual(event.level, "RequestResponse")
+        self.assertEqual(event.response_object["kind"], "ConfigMap")
+        with self.assertRaises(kplane.InvalidError) as err:
+            plane.set_audit_level("Everything")
+        self.assertEqual(err.exception.code, 422)
+        self.assertIn("spec.audit.level", err.exception.message)
+        with self.assertRaises(kplane.BadRequestError) as bad:
+            plane.audit(since="yesterday")
+        self.assertIn("since", bad.exception.message)
+        with self.assertRaises(kplane.BadRequestError):
+            plane.audit(limit=0)
+        with self.assertRaises(kplane.GoneError):
+            plane.audit(since=10**9)
+        with self.assertRaises(ValueError):
+            plane.audit(since=datetime(2026, 1, 1))
+
+    def test_watch_audit_follows(self) -> None:
+        plane = self.client.plane(unique("audit-watch"))
+        create_configmap(plane, "before")
+        seen: list[str] = []
+        with plane.watch_audit(read_timeout=30) as watch:
+            self.assertIsInstance(watch, kplane.AuditWatch)
+            for event in watch:
+                if event.verb == "create" and event.resource == "configmaps":
+                    seen.append(event.name)
+                    if event.name == "before":
+                        create_configmap(plane, "after")
+                    if event.name == "after":
+                        break
+            self.assertGreater(watch.cursor, 0)
+        self.assertEqual(seen, ["before", "after"])
+
+    def test_audit_needs_permission(self) -> None:
+        plane = self.client.plane(unique("audit-rbac"))
+        base = "/api/v1/namespaces/default/serviceaccounts"
+        self.client.request("POST", plane.path(base), body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "agent"}})
+        token = self.client.request("POST", plane.path(base + "/agent/token"), body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})[
+            "status"
+        ]["token"]
+        with kplane.Client(SERVER.url, token=token, ca_file=SERVER.ca_file) as agent:
+            with self.assertRaises(kplane.ForbiddenError) as err:
+                agent.plane(plane.name).audit()
+            self.assertEqual(err.exception.code, 403)
+            self.assertIn("kplane.dev", err.exception.message)
+
+
 class FleetTest(ServerTestCase):
     def test_lifecycle(self) -> None:
         name = unique("fl")

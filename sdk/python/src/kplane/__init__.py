@@ -16,7 +16,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .client import FLEET_LABEL, ROOT, Client, Fleet, Plane, StateWatch  # noqa: E402
+from .client import FLEET_LABEL, ROOT, AuditWatch, Client, Fleet, Plane, StateWatch  # noqa: E402
 from .errors import (  # noqa: E402
     ApiError,
     BadRequestError,
@@ -36,6 +36,7 @@ from .errors import (  # noqa: E402
 from . import openapi  # noqa: E402,F401
 from .kubeconfig import KubeconfigError  # noqa: E402
 from .models import (  # noqa: E402
+    AuditEvent,
     Condition,
     FleetMember,
     FleetSpec,
@@ -54,6 +55,8 @@ __all__ = [
     "Plane",
     "Fleet",
     "StateWatch",
+    "AuditWatch",
+    "AuditEvent",
     "Snapshot",
     "SnapshotResource",
     "StateEvent",

@@ -16,11 +16,11 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 
 from ._http import QueryValue
-from .client import Client, Fleet, Plane, StateWatch
+from .client import AuditWatch, Client, Fleet, Plane, StateWatch
 from .errors import NotFoundError
-from .models import FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
+from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
 
-__all__ = ["AsyncClient", "AsyncPlane", "AsyncFleet", "AsyncStateWatch"]
+__all__ = ["AsyncClient", "AsyncPlane", "AsyncFleet", "AsyncStateWatch", "AsyncAuditWatch"]
 
 T = TypeVar("T")
 
@@ -281,6 +281,19 @@ class AsyncPlane:
         )
         return AsyncStateWatch(self.client, watch)
 
+    async def audit(self, since: Any = None, limit: int | None = None) -> list[AuditEvent]:
+        """See :meth:`kplane.Plane.audit`."""
+        return await self.client._run(self.sync.audit, since=since, limit=limit)
+
+    async def watch_audit(self, since: Any = None, read_timeout: float | None = None) -> "AsyncAuditWatch":
+        """See :meth:`kplane.Plane.watch_audit`; iterate with ``async for``."""
+        watch = await self.client._run(self.sync.watch_audit, since=since, read_timeout=read_timeout)
+        return AsyncAuditWatch(self.client, watch)
+
+    async def set_audit_level(self, level: str) -> None:
+        """See :meth:`kplane.Plane.set_audit_level`."""
+        await self.client._run(self.sync.set_audit_level, level)
+
     async def is_ready(self) -> bool:
         return await self.client._run(self.sync.is_ready)
 
@@ -327,7 +340,38 @@ class AsyncStateWatch:
         await self.close()
 
 
-def _next_or_none(watch: StateWatch) -> StateEvent | None:
+class AsyncAuditWatch:
+    """A followed audit trail (see :class:`kplane.AuditWatch`); ``async for``
+    yields :class:`kplane.AuditEvent` values."""
+
+    def __init__(self, client: AsyncClient, watch: AuditWatch) -> None:
+        self._client = client
+        self.sync = watch
+
+    @property
+    def cursor(self) -> int:
+        return self.sync.cursor
+
+    def __aiter__(self) -> "AsyncAuditWatch":
+        return self
+
+    async def __anext__(self) -> AuditEvent:
+        event = await self._client._run(_next_or_none, self.sync)
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    async def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self) -> "AsyncAuditWatch":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _next_or_none(watch: Any) -> Any:
     # StopIteration cannot cross a Future; None marks the end.
     return next(watch, None)
 

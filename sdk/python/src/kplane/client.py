@@ -8,14 +8,15 @@ import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from . import kubeconfig as _kubeconfig
 from ._http import QueryValue, Stream, Transport, as_list
 from .errors import ApiError, NotFoundError, Status, TransportError, WaitTimeoutError
-from .models import FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
+from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
 
-__all__ = ["Client", "Plane", "Fleet", "StateWatch", "ROOT"]
+__all__ = ["Client", "Plane", "Fleet", "StateWatch", "AuditWatch", "ROOT"]
 
 #: The id of the root plane, served on the server's bare paths.
 ROOT = "root"
@@ -433,6 +434,43 @@ class Plane:
         stream = self.client._transport.stream("GET", self.path("/snapshot"), query=query, read_timeout=read_timeout)
         return StateWatch(stream, self.name, resource_version or "")
 
+    def audit(self, since: int | str | datetime | None = None, limit: int | None = None) -> list[AuditEvent]:
+        """The plane's audit trail: every request made to it that the server
+        still holds (its newest ``--audit-buffer-events``), oldest first.
+        ``since`` is a cursor (an :attr:`AuditEvent.cursor`: only what came
+        after it) or a time (only what was recorded from then on); ``limit``
+        caps the count. Needs ``get`` on ``audit`` in API group
+        ``kplane.dev`` in the plane (:class:`kplane.ForbiddenError`
+        otherwise); a cursor the trail no longer holds raises
+        :class:`kplane.GoneError`. Reading is recorded in the trail too."""
+        query: dict[str, QueryValue] = {"since": _since(since), "limit": limit}
+        resp = self.client._transport.request("GET", self.path("/audit"), query=query)
+        return [AuditEvent.from_dict(json.loads(line)) for line in resp.body.splitlines() if line.strip()]
+
+    def watch_audit(
+        self, since: int | str | datetime | None = None, read_timeout: float | None = None
+    ) -> "AuditWatch":
+        """Follow the plane's audit trail: iterate the returned
+        :class:`AuditWatch` for :class:`AuditEvent` values, first what the
+        trail holds after ``since`` (see :meth:`audit`), then every new
+        request as it ends. Needs ``watch`` on ``audit`` in ``kplane.dev``.
+        ``read_timeout`` bounds each wait for the next event."""
+        query: dict[str, QueryValue] = {"watch": True, "since": _since(since)}
+        stream = self.client._transport.stream("GET", self.path("/audit"), query=query, read_timeout=read_timeout)
+        return AuditWatch(stream, self.name)
+
+    def set_audit_level(self, level: str) -> None:
+        """Set how the plane's requests are recorded: ``None``, ``Metadata``
+        (the default), ``Request`` (plus the body of every write) or
+        ``RequestResponse`` (plus the answer of every write). Needs the admin
+        (root) credential; another value raises :class:`kplane.InvalidError`."""
+        self.client.request(
+            "PATCH",
+            f"{_PLANES}/{urllib.parse.quote(self.name, safe='')}",
+            body={"spec": {"audit": {"level": level}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
     def is_ready(self) -> bool:
         """Whether the plane exists and is ready (its ``/readyz`` answers
         ok). False for a plane that does not exist or is being deleted;
@@ -510,6 +548,65 @@ class StateWatch:
         self._stream.close()
 
     def __enter__(self) -> "StateWatch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _since(since: int | str | datetime | None) -> str | None:
+    if since is None or since == "":
+        return None
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            raise ValueError("since: a datetime with a time zone")
+        return since.isoformat()
+    return str(since)
+
+
+class AuditWatch:
+    """A followed audit trail: iterate it for :class:`AuditEvent` values,
+    close it (or use ``with``) when done. :attr:`cursor` is the last event's
+    cursor: ``watch_audit(since=cursor)`` resumes without a gap."""
+
+    def __init__(self, stream: Stream, plane: str) -> None:
+        self._stream = stream
+        self._closed = False
+        self._lock = threading.Lock()
+        self.plane = plane
+        self.cursor = 0
+
+    def __iter__(self) -> Iterator[AuditEvent]:
+        return self
+
+    def __next__(self) -> AuditEvent:
+        while True:
+            if self._closed:
+                raise StopIteration
+            line = self._stream.readline()
+            if not line:
+                self.close()
+                raise StopIteration
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = AuditEvent.from_dict(json.loads(line))
+            except ValueError as e:
+                self.close()
+                raise TransportError(f"audit trail of plane {self.plane}: not an event: {line[:200]!r}") from e
+            self.cursor = event.cursor
+            return event
+
+    def close(self) -> None:
+        """End the stream and release its connection."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stream.close()
+
+    def __enter__(self) -> "AuditWatch":
         return self
 
     def __exit__(self, *exc: object) -> None:

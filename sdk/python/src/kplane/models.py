@@ -12,6 +12,7 @@ __all__ = [
     "Snapshot",
     "SnapshotResource",
     "StateEvent",
+    "AuditEvent",
     "PlaneInfo",
     "FleetSpec",
     "FleetStatus",
@@ -41,6 +42,72 @@ def parse_time(value: str | None) -> datetime | None:
         offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
         tz = timezone(-offset if m.group(9) == "-" else offset)
     return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+
+
+@dataclass
+class AuditEvent:
+    """One request made to a plane, as recorded in its audit trail (an
+    ``audit.k8s.io/v1`` Event; the whole of it is in ``raw``), from
+    :meth:`kplane.Plane.audit` or :meth:`kplane.Plane.watch_audit`.
+
+    ``cursor`` is the event's position in the plane's trail: pass it as
+    ``since`` to read what came after. ``code`` is the answer's HTTP code;
+    ``latency`` is ``stage_timestamp - request_received``."""
+
+    cursor: int
+    audit_id: str
+    stage: str
+    level: str
+    verb: str
+    request_uri: str
+    user: str
+    groups: list[str]
+    code: int
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    api_group: str
+    request_received: datetime | None
+    stage_timestamp: datetime | None
+    request_object: dict[str, Any] | None
+    response_object: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AuditEvent":
+        ref = data.get("objectRef") or {}
+        user = data.get("user") or {}
+        status = data.get("responseStatus") or {}
+        annotations = data.get("annotations") or {}
+        return cls(
+            cursor=int(annotations.get("audit.kplane.dev/cursor") or 0),
+            audit_id=data.get("auditID", ""),
+            stage=data.get("stage", ""),
+            level=data.get("level", ""),
+            verb=data.get("verb", ""),
+            request_uri=data.get("requestURI", ""),
+            user=user.get("username", ""),
+            groups=list(user.get("groups") or []),
+            code=int(status.get("code") or 0),
+            resource=ref.get("resource", ""),
+            subresource=ref.get("subresource", ""),
+            namespace=ref.get("namespace", ""),
+            name=ref.get("name", ""),
+            api_group=ref.get("apiGroup", ""),
+            request_received=parse_time(data.get("requestReceivedTimestamp")),
+            stage_timestamp=parse_time(data.get("stageTimestamp")),
+            request_object=data.get("requestObject"),
+            response_object=data.get("responseObject"),
+            raw=data,
+        )
+
+    @property
+    def latency(self) -> timedelta | None:
+        """How long the request took (to this stage)."""
+        if self.request_received is None or self.stage_timestamp is None:
+            return None
+        return self.stage_timestamp - self.request_received
 
 
 @dataclass
