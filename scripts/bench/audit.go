@@ -67,8 +67,11 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 	}
 	perSecond := map[string][]float64{}
 	p99 := map[string][]float64{}
+	// One set of verbs for every round: CREATE numbers its objects from
+	// the set's counter, so a second set would create the same names.
+	verbs := auditVerbs()
 	for round := 0; round < p.Rounds; round++ {
-		for _, verb := range auditVerbs() {
+		for _, verb := range verbs {
 			for _, c := range configs {
 				do := func(ctx context.Context, i int) error { return verb.do(ctx, c.client, i) }
 				if round == 0 {
@@ -87,7 +90,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 		}
 	}
 	figures := map[string]float64{}
-	for _, verb := range auditVerbs() {
+	for _, verb := range verbs {
 		base := median(perSecond[verb.name+"_off"])
 		for _, c := range configs {
 			key := verb.name + "_" + c.name
@@ -110,7 +113,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 			fmt.Sprintf("off: a server with --audit-buffer-events=0 (no audit filter at all); metadata, requestresponse: planes of a second server at those levels. "+
 				"Each round runs %d requests of each verb from %d clients against each configuration in turn; figures are the median of %d rounds.", p.Ops, p.Workers, p.Rounds),
 			"overhead_pct: throughput lost against off (negative: faster, i.e. noise). GET reads one of 10 configmaps, LIST lists them, CREATE writes a new one (with its body recorded at RequestResponse).",
-			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane; lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each; heap_1000_planes: heap_per_plane times 1,000.",
+			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane, minus the same for planes audited at None (same_requests_unaudited: PATCHes also grow the watch cache); lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each; heap_1000_planes: heap_per_plane times 1,000.",
 		},
 	}, nil
 }
@@ -162,49 +165,26 @@ func setAuditLevel(s *server, plane, level string) error {
 }
 
 // fullTrailMemory fills FullPlanes planes' trails at each level and
-// reports the heap they added per plane and the size of their lines.
+// reports the heap they added per plane and the size of their lines. The
+// same requests to planes audited at None are the baseline: PATCHes also
+// grow the watch cache's history, which is not the trail's.
 func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error {
 	verbs := auditVerbs()
 	for _, level := range []struct {
 		name, level string
 		verb        auditVerb
 	}{{"metadata", "Metadata", verbs[0]}, {"requestresponse", "RequestResponse", patchVerb()}} {
-		planes := make([]string, p.FullPlanes)
-		for i := range planes {
-			planes[i] = fmt.Sprintf("full-%s-%d", level.name, i)
-			if _, err := createPlane(s, planes[i], seedObjects); err != nil {
-				return err
-			}
-			if err := setAuditLevel(s, planes[i], level.level); err != nil {
-				return err
-			}
-		}
-		before, err := heapInUse(s)
+		without, _, _, err := fillTrails(s, p, level.name+"-none", "None", level.verb)
 		if err != nil {
 			return err
 		}
-		var lineBytes, lines int
-		for _, plane := range planes {
-			c, err := s.client(plane)
-			if err != nil {
-				return err
-			}
-			if _, _, err := load(p.BufferEvents, 8, func(ctx context.Context, i int) error { return level.verb.do(ctx, c, i) }); err != nil {
-				return err
-			}
-			body, err := readTrail(s, plane)
-			if err != nil {
-				return err
-			}
-			lineBytes += len(body)
-			lines += strings.Count(body, "\n")
-		}
-		after, err := heapInUse(s)
+		with, lineBytes, lines, err := fillTrails(s, p, level.name, level.level, level.verb)
 		if err != nil {
 			return err
 		}
-		perPlane := (after - before) / float64(p.FullPlanes) / (1 << 20)
+		perPlane := (with - without) / (1 << 20)
 		figures["full_trail_"+level.name+"_heap_per_plane_mib"] = perPlane
+		figures["full_trail_"+level.name+"_same_requests_unaudited_heap_per_plane_mib"] = without / (1 << 20)
 		figures["full_trail_"+level.name+"_heap_1000_planes_gib"] = perPlane * 1000 / 1024
 		// What the ring holds: the lines, and a 56-byte entry per event.
 		figures["full_trail_"+level.name+"_lines_per_plane_mib"] = float64(lineBytes+56*lines) / float64(p.FullPlanes) / (1 << 20)
@@ -212,6 +192,49 @@ func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error
 		figures["full_trail_"+level.name+"_events_per_plane"] = float64(lines) / float64(p.FullPlanes)
 	}
 	return nil
+}
+
+// fillTrails makes FullPlanes planes audited at level, sends each
+// BufferEvents requests of verb and returns the heap added per plane and
+// the lines their trails serve.
+func fillTrails(s *server, p auditParams, name, level string, verb auditVerb) (heapPerPlane float64, lineBytes, lines int, err error) {
+	planes := make([]string, p.FullPlanes)
+	for i := range planes {
+		planes[i] = fmt.Sprintf("full-%s-%d", name, i)
+		if _, err := createPlane(s, planes[i], seedObjects); err != nil {
+			return 0, 0, 0, err
+		}
+		if err := setAuditLevel(s, planes[i], level); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	before, err := heapInUse(s)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, plane := range planes {
+		c, err := s.client(plane)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if _, _, err := load(p.BufferEvents, 8, func(ctx context.Context, i int) error { return verb.do(ctx, c, i) }); err != nil {
+			return 0, 0, 0, err
+		}
+		if level == "None" {
+			continue
+		}
+		body, err := readTrail(s, plane)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		lineBytes += len(body)
+		lines += strings.Count(body, "\n")
+	}
+	after, err := heapInUse(s)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return (after - before) / float64(p.FullPlanes), lineBytes, lines, nil
 }
 
 func heapInUse(s *server) (float64, error) {
