@@ -218,6 +218,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		CACertSignature:             caSignature(c.AdminToken, c.CA.PEM),
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
+		MaxPlanesPerUser:            c.Options.MaxPlanesPerUser,
+		PlaneLimits:                 c.Options.PlaneLimits(),
 		PlaneBootstrap:              policy,
 		PlaneBase:                   c.Options.PlaneBase,
 		MetricsTopPlanes:            c.Options.MetricsTopPlanes,

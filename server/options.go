@@ -12,6 +12,7 @@ import (
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/webhooks"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/logging"
@@ -63,6 +64,17 @@ type Options struct {
 
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int
+	// MaxPlanesPerUser caps the planes one identity makes by first
+	// requests (0: no limit).
+	MaxPlanesPerUser int
+	// PlaneMaxObjects, PlaneMaxBytes, PlaneRequestsPerSecond,
+	// PlaneRequestBurst and PlaneMaxWatches limit every plane whose Plane
+	// sets none (0: no limit).
+	PlaneMaxObjects        int64
+	PlaneMaxBytes          int64
+	PlaneRequestsPerSecond int
+	PlaneRequestBurst      int
+	PlaneMaxWatches        int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
 	// PlaneBase makes new planes made from nothing layers over one base
@@ -169,6 +181,12 @@ func (o *Options) Validate() error {
 	if o.CompactionInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
 	}
+	if o.MaxPlanesPerUser < 0 {
+		errs = append(errs, fmt.Sprintf("--max-planes-per-user %d must not be negative", o.MaxPlanesPerUser))
+	}
+	if err := o.PlaneLimits().Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if o.MaxPlanes < 0 {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
 	}
@@ -219,4 +237,18 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// maxLimit bounds the flags' rates and watch counts (as the CRD bounds
+// spec.limits).
+const maxLimit = 1_000_000
+
+// PlaneLimits are the limits by flag of every plane whose Plane sets none.
+func (o *Options) PlaneLimits() limits.Effective {
+	clamp := func(v int) int32 { return int32(min(v, maxLimit+1)) }
+	return limits.Effective{
+		MaxObjects: o.PlaneMaxObjects, MaxBytes: o.PlaneMaxBytes,
+		RequestsPerSecond: clamp(o.PlaneRequestsPerSecond), RequestBurst: clamp(o.PlaneRequestBurst),
+		MaxWatches: clamp(o.PlaneMaxWatches),
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -68,7 +69,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload simulation: %w", err)
 	}
-	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources,
+	manager, enforcer, err := c.newPlaneManager(loopbackConfig, boot, customResources,
 		withSimulation([]lifecycle.Forgetter{core.Services, customResources, genericControllers, c.metrics,
 			c.webhooks.validating, c.webhooks.mutating, c.policies}, sim))
 	if err != nil {
@@ -83,7 +84,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	// The server serves FullHandlerChain: until now the bare director
 	// (Complete's BuildHandlerChainFunc), with its filters from here on.
 	// Nothing is served before Run.
-	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, customResources, snapshots)
+	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, enforcer, customResources, snapshots)
 
 	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
 		return nil, err
@@ -169,23 +170,28 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 // what consults it: the Planes admission plugin (configured before any
 // API) and the layered storage of template members.
 func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *bootstrap.Bootstrapper, customResources *crds.Server,
-	forget []lifecycle.Forgetter) (*lifecycle.Manager, error) {
+	forget []lifecycle.Forgetter) (*lifecycle.Manager, *limits.Enforcer, error) {
+	counts := planestorage.NewCounts()
+	enforcer := limits.New(limits.Config{Defaults: c.config.PlaneLimits, Counts: counts})
 	manager, err := lifecycle.New(lifecycle.Config{
-		Loopback:        loopbackConfig,
-		Bootstrapper:    boot,
-		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
-		Storage:         c.storage,
-		Counts:          planestorage.NewCounts(),
-		CustomResources: customResources,
-		Forget:          forget,
-		CopyBootstrap:   !c.config.PlaneBase,
+		Loopback:         loopbackConfig,
+		Bootstrapper:     boot,
+		Authorizer:       c.controlPlane.Generic.Authorization.Authorizer,
+		Storage:          c.storage,
+		Counts:           counts,
+		CustomResources:  customResources,
+		Forget:           append(forget, enforcer),
+		CopyBootstrap:    !c.config.PlaneBase,
+		MaxPlanesPerUser: c.config.MaxPlanesPerUser,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	enforcer.Bind(manager)
 	c.planesAdmission.SetPlaneCounter(manager)
 	c.storage.SetLayers(manager)
-	return manager, nil
+	c.storage.SetWriteGuard(enforcer)
+	return manager, enforcer, nil
 }
 
 // newSnapshots returns the snapshot server of every plane.
@@ -207,7 +213,7 @@ func (c CompletedConfig) newSnapshots(server *genericapiserver.GenericAPIServer,
 // handlerChain is the server's full handler chain: plane routing, the
 // upstream filters (authentication, authorization, ...), then the plane
 // filters in front of the server's own handlers (director).
-func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, customResources *crds.Server,
+func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, enforcer *limits.Enforcer, customResources *crds.Server,
 	snapshots *snapshot.Server) http.Handler {
 	gc := c.controlPlane.Generic.Config
 	handler := snapshots.Filter(director)
@@ -215,6 +221,9 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	// Counted after the lifecycle filter: only planes that exist get a
 	// counter.
 	handler = c.metrics.Filter(handler)
+	// After the lifecycle's filter: the plane exists and a watch is
+	// counted in its open watches.
+	handler = enforcer.Filter(handler, gc.Serializer)
 	handler = manager.Filter(handler, gc.Serializer)
 	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
 	return routing.WithRouting(handler, gc.Serializer)
