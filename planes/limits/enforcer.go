@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/planes"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -32,6 +33,8 @@ type Config struct {
 	Defaults Effective
 	// Counts follows what each plane stores (from the shared caches).
 	Counts *planestorage.Counts
+	// Stores lists the storages Counts follows.
+	Stores func() []*planestorage.Store
 }
 
 // Enforcer holds planes to their limits: the storage asks it before a
@@ -98,6 +101,9 @@ func (e *Enforcer) Limited(plane string) (objects, bytes bool) {
 // next write is checked against it.
 func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, key string, objects, bytes int64) (func(rv uint64), error) {
 	l := e.Effective(plane)
+	if err := e.waitCounted(ctx); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	used := e.config.Counts.Usage(plane)
 	r := e.reserved[plane]
@@ -131,6 +137,22 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 			delete(e.reserved, plane)
 		}
 	}, nil
+}
+
+// waitCounted waits until every storage has been counted once (after a
+// start): a limit checked against a partial count would let writes pass.
+func (e *Enforcer) waitCounted(ctx context.Context) error {
+	if e.config.Stores == nil {
+		return nil
+	}
+	counted := func(context.Context) (bool, error) { return e.config.Counts.Counted(e.config.Stores()), nil }
+	if ok, _ := counted(ctx); ok {
+		return nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, countedTimeout, true, counted); err != nil {
+		return apierrors.NewServiceUnavailable("the plane's usage is still being counted after the server's start; retry")
+	}
+	return nil
 }
 
 func exceeded(s *planestorage.Store, key, plane, detail string) error {

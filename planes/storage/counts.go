@@ -108,6 +108,19 @@ func (c *Counts) WaitCounted(ctx context.Context, s *Store, rv uint64, timeout t
 	}
 }
 
+// Counted reports whether every one of stores has been counted once: until
+// then a plane's usage is not known (after a start, or a new resource).
+func (c *Counts) Counted(stores []*Store) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range stores {
+		if p := c.seen[s]; p == nil || p.rv == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // advanceLocked records that s's events up to rv are counted.
 func (c *Counts) advanceLocked(s *Store, rv uint64) {
 	p := c.seen[s]

@@ -172,7 +172,7 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *bootstrap.Bootstrapper, customResources *crds.Server,
 	forget []lifecycle.Forgetter) (*lifecycle.Manager, *limits.Enforcer, error) {
 	counts := planestorage.NewCounts()
-	enforcer := limits.New(limits.Config{Defaults: c.config.PlaneLimits, Counts: counts})
+	enforcer := limits.New(limits.Config{Defaults: c.config.PlaneLimits, Counts: counts, Stores: c.storage.Stores})
 	manager, err := lifecycle.New(lifecycle.Config{
 		Loopback:         loopbackConfig,
 		Bootstrapper:     boot,

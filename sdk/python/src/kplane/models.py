@@ -186,7 +186,7 @@ class PlaneLimits:
     server's default, 0 means no limit. Past ``max_objects``, ``max_bytes``
     or ``max_watches`` a request raises :class:`kplane.ForbiddenError`
     ("exceeded quota"), past ``requests_per_second``
-    :class:`kplane.TooManyRequestsError` (``retry_after`` set)."""
+    :class:`kplane.TooManyRequestsError` (the answer carries Retry-After)."""
 
     max_objects: int | None = None
     max_bytes: int | None = None
