@@ -219,6 +219,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		AdminUser:                   credentials.AdminUser,
 		MaxPlanes:                   c.Options.MaxPlanes,
 		MaxPlanesPerUser:            c.Options.MaxPlanesPerUser,
+		FairnessSeats:               c.Options.FairnessSeats(),
 		PlaneLimits:                 c.Options.PlaneLimits(),
 		PlaneBootstrap:              policy,
 		PlaneBase:                   c.Options.PlaneBase,

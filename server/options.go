@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -75,6 +76,10 @@ type Options struct {
 	PlaneRequestsPerSecond int
 	PlaneRequestBurst      int
 	PlaneMaxWatches        int
+	// PlaneFairness queues requests fairly by plane; PlaneFairnessSeats
+	// are the requests executing at once (0: 4 per CPU).
+	PlaneFairness      bool
+	PlaneFairnessSeats int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
 	// PlaneBase makes new planes made from nothing layers over one base
@@ -137,6 +142,7 @@ func NewOptions() *Options {
 		SimulationRunDuration:       time.Second,
 		PlaneBootstrap:              "minimal",
 		PlaneBase:                   true,
+		PlaneFairness:               true,
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",
@@ -180,6 +186,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CompactionInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
+	}
+	if o.PlaneFairnessSeats < 0 {
+		errs = append(errs, fmt.Sprintf("--plane-fairness-seats %d must not be negative", o.PlaneFairnessSeats))
 	}
 	if o.MaxPlanesPerUser < 0 {
 		errs = append(errs, fmt.Sprintf("--max-planes-per-user %d must not be negative", o.MaxPlanesPerUser))
@@ -251,4 +260,15 @@ func (o *Options) PlaneLimits() limits.Effective {
 		RequestsPerSecond: clamp(o.PlaneRequestsPerSecond), RequestBurst: clamp(o.PlaneRequestBurst),
 		MaxWatches: clamp(o.PlaneMaxWatches),
 	}
+}
+
+// FairnessSeats are the seats of the planes' fair queue, 0 when it is off.
+func (o *Options) FairnessSeats() int {
+	switch {
+	case !o.PlaneFairness:
+		return 0
+	case o.PlaneFairnessSeats > 0:
+		return o.PlaneFairnessSeats
+	}
+	return 4 * runtime.GOMAXPROCS(0)
 }

@@ -50,7 +50,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, noisy-neighbor, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -79,6 +79,9 @@ func main() {
 	policyPlanes := flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
 	webhookCreates := flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
 	webhookPlanes := flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
+	noisyWriters := flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
+	noisyListers := flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
+	noisyOps := flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -100,6 +103,7 @@ func main() {
 		*quotaCreates, *quotaDeletes = min(*quotaCreates, 50), min(*quotaDeletes, 10)
 		*policyCreates, *policyPlanes = min(*policyCreates, 50), min(*policyPlanes, 20)
 		*webhookCreates, *webhookPlanes = min(*webhookCreates, 50), min(*webhookPlanes, 50)
+		*noisyWriters, *noisyListers, *noisyOps = min(*noisyWriters, 8), min(*noisyListers, 8), min(*noisyOps, 30)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -151,6 +155,8 @@ func main() {
 		case "webhooks":
 			res, err = webhooksScenario(bin, webhooksParams{Creates: *webhookCreates, Planes: *webhookPlanes, Workers: 8,
 				SlowCalls: 50, SlowFor: 10 * time.Second, OtherCalls: 200})
+		case "noisy-neighbor":
+			res, err = noisyNeighborScenario(bin, noisyParams{Writers: *noisyWriters, Listers: *noisyListers, Ops: *noisyOps, Objects: 100})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

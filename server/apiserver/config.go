@@ -98,6 +98,8 @@ type Config struct {
 	MaxPlanesPerUser int
 	// PlaneLimits limit every plane whose Plane sets none.
 	PlaneLimits limits.Effective
+	// FairnessSeats are the seats of the planes' fair queue (0: off).
+	FairnessSeats int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
 	// PlaneBase: new planes made from nothing stand on the base plane of

@@ -25,6 +25,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
+	"kplane.dev/kplane/planes/fairness"
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/loopback"
@@ -84,7 +85,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	// The server serves FullHandlerChain: until now the bare director
 	// (Complete's BuildHandlerChainFunc), with its filters from here on.
 	// Nothing is served before Run.
-	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, enforcer, customResources, snapshots)
+	if generic.Handler.FullHandlerChain, err = c.handlerChain(generic.Handler.Director, manager, enforcer, customResources, snapshots); err != nil {
+		return nil, err
+	}
 
 	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
 		return nil, err
@@ -214,19 +217,27 @@ func (c CompletedConfig) newSnapshots(server *genericapiserver.GenericAPIServer,
 // upstream filters (authentication, authorization, ...), then the plane
 // filters in front of the server's own handlers (director).
 func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, enforcer *limits.Enforcer, customResources *crds.Server,
-	snapshots *snapshot.Server) http.Handler {
+	snapshots *snapshot.Server) (http.Handler, error) {
 	gc := c.controlPlane.Generic.Config
 	handler := snapshots.Filter(director)
 	handler = customResources.Filter(handler)
 	// Counted after the lifecycle filter: only planes that exist get a
 	// counter.
 	handler = c.metrics.Filter(handler)
+	if c.config.FairnessSeats > 0 {
+		queue, err := fairness.New(fairness.Config{Seats: c.config.FairnessSeats, LongRunning: gc.LongRunningFunc})
+		if err != nil {
+			return nil, err
+		}
+		// Inside the limits: a request over its plane's rate takes no seat.
+		handler = queue.Filter(handler, gc.Serializer)
+	}
 	// After the lifecycle's filter: the plane exists and a watch is
 	// counted in its open watches.
 	handler = enforcer.Filter(handler, gc.Serializer)
 	handler = manager.Filter(handler, gc.Serializer)
 	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
-	return routing.WithRouting(handler, gc.Serializer)
+	return routing.WithRouting(handler, gc.Serializer), nil
 }
 
 // installServerEndpoints adds what the root plane serves besides the APIs:
