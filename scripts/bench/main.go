@@ -82,6 +82,8 @@ func main() {
 	noisyWriters := flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	noisyListers := flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	noisyOps := flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
+	var noisySeats intList
+	flag.Var(&noisySeats, "noisy-seats", "further --plane-fairness-seats the noisy-neighbor scenario measures (comma-separated)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -156,7 +158,7 @@ func main() {
 			res, err = webhooksScenario(bin, webhooksParams{Creates: *webhookCreates, Planes: *webhookPlanes, Workers: 8,
 				SlowCalls: 50, SlowFor: 10 * time.Second, OtherCalls: 200})
 		case "noisy-neighbor":
-			res, err = noisyNeighborScenario(bin, noisyParams{Writers: *noisyWriters, Listers: *noisyListers, Ops: *noisyOps, Objects: 100})
+			res, err = noisyNeighborScenario(bin, noisyParams{Writers: *noisyWriters, Listers: *noisyListers, Ops: *noisyOps, Objects: 100, Seats: noisySeats})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,8 @@ type noisyParams struct {
 	Ops int
 	// Objects are the ConfigMaps in each plane before the phases.
 	Objects int
+	// Seats are further --plane-fairness-seats to measure (fair_<n>_*).
+	Seats []int
 }
 
 // noisyNeighborScenario measures what one plane flooding the server does
@@ -29,20 +33,28 @@ type noisyParams struct {
 // then while plane A runs Writers write loops and Listers LIST loops.
 func noisyNeighborScenario(binary string, p noisyParams) (Result, error) {
 	figures := map[string]float64{}
-	for _, mode := range []struct {
+	modes := []struct {
 		name string
 		args []string
-	}{{"unfair", []string{"--plane-fairness=false"}}, {"fair", nil}} {
+	}{{"unfair", []string{"--plane-fairness=false"}}, {"fair", nil}}
+	for _, n := range p.Seats {
+		modes = append(modes, struct {
+			name string
+			args []string
+		}{fmt.Sprintf("fair_%d", n), []string{fmt.Sprintf("--plane-fairness-seats=%d", n)}})
+	}
+	for _, mode := range modes {
 		if err := noisyNeighborRun(binary, p, mode.name, mode.args, figures); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", mode.name, err)
 		}
 	}
 	return Result{
 		Scenario: "noisy-neighbor",
-		Params:   map[string]any{"writers": p.Writers, "listers": p.Listers, "ops": p.Ops, "objects": p.Objects, "datastore": "sqlite"},
-		Figures:  figures,
+		Params: map[string]any{"writers": p.Writers, "listers": p.Listers, "ops": p.Ops, "objects": p.Objects, "datastore": "sqlite",
+			"seats": p.Seats},
+		Figures: figures,
 		Notes: []string{
-			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (4 seats per CPU).",
+			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (4 seats per CPU); fair_<n>_*: --plane-fairness-seats=<n>.",
 			"b_get_* / b_list_*: plane B's GET of one ConfigMap and LIST of its namespace (objects ConfigMaps), one request at a time, alone then under plane A's flood.",
 			"*_ratio: B's p99 under flood divided by its p99 alone (goal <= 2).",
 			"a_ops_per_s: plane A's completed requests per second during the flood (429s retried by client-go count when they complete).",
@@ -160,4 +172,20 @@ func flood(ctx context.Context, wg *sync.WaitGroup, c *kubernetes.Clientset, p n
 			}
 		}()
 	}
+}
+
+// intList is a flag of comma-separated integers.
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint([]int(*l)) }
+
+func (l *intList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, n)
+	}
+	return nil
 }
