@@ -254,7 +254,9 @@ const maxLimit = 1_000_000
 
 // PlaneLimits are the limits by flag of every plane whose Plane sets none.
 func (o *Options) PlaneLimits() limits.Effective {
-	clamp := func(v int) int32 { return int32(min(v, maxLimit+1)) }
+	// Clamped into int32 on both sides so that validation sees a value
+	// out of range, not one wrapped around into range.
+	clamp := func(v int) int32 { return int32(max(min(v, maxLimit+1), -1)) }
 	return limits.Effective{
 		MaxObjects: o.PlaneMaxObjects, MaxBytes: o.PlaneMaxBytes,
 		RequestsPerSecond: clamp(o.PlaneRequestsPerSecond), RequestBurst: clamp(o.PlaneRequestBurst),

@@ -30,6 +30,9 @@ const PriorityLevel = "kplane-planes"
 type Config struct {
 	// Seats are the requests of all planes executing at once.
 	Seats int
+	// PlaneSeats are the most of them one plane holds at once (default
+	// half of Seats, at least 1).
+	PlaneSeats int
 	// Queues, HandSize and QueueLength are upstream's shuffle-sharding
 	// parameters: a plane's requests go to the shortest of HandSize of
 	// Queues queues picked by its hash; past QueueLength waiting requests
@@ -56,6 +59,8 @@ const (
 type Queue struct {
 	config Config
 	set    fq.QueueSet
+	// perPlane caps the seats of each plane.
+	perPlane *planeSeats
 }
 
 // New returns the queue; config.Seats must be positive.
@@ -66,6 +71,7 @@ func New(config Config) (*Queue, error) {
 	config.Queues = orDefault(config.Queues, DefaultQueues)
 	config.HandSize = min(orDefault(config.HandSize, DefaultHandSize), config.Queues)
 	config.QueueLength = orDefault(config.QueueLength, DefaultQueueLength)
+	config.PlaneSeats = min(orDefault(config.PlaneSeats, max(config.Seats/2, 1)), config.Seats)
 	if config.QueueWait <= 0 {
 		config.QueueWait = DefaultQueueWait
 	}
@@ -79,7 +85,7 @@ func New(config Config) (*Queue, error) {
 		return nil, fmt.Errorf("fair queues: %w", err)
 	}
 	set := completer.Complete(fq.DispatchingConfig{ConcurrencyLimit: config.Seats, ConcurrencyDenominator: config.Seats})
-	return &Queue{config: config, set: set}, nil
+	return &Queue{config: config, set: set, perPlane: newPlaneSeats(config.PlaneSeats)}, nil
 }
 
 func orDefault(v, def int) int {
@@ -117,6 +123,11 @@ func (q *Queue) Filter(next http.Handler, serializer runtime.NegotiatedSerialize
 func (q *Queue) serve(ctx context.Context, plane string, info *request.RequestInfo, execute func()) bool {
 	waitCtx, cancel := context.WithTimeout(ctx, q.config.QueueWait)
 	defer cancel()
+	release, ok := q.perPlane.acquire(waitCtx, plane)
+	if !ok {
+		return false
+	}
+	defer release()
 	// One seat per request: upstream's estimator sizes a LIST by the
 	// resource's object count across the whole server, which here is
 	// every plane's, not the listing plane's.

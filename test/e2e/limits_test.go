@@ -160,6 +160,52 @@ func TestPlaneLimitObjects(t *testing.T) {
 	})
 }
 
+// TestPlaneLimitNamespaceDeletion: the objects of a deleted namespace
+// (removed by the namespace controller, one delete each) leave the plane's
+// count, so a plane that filled its limit in a namespace gets its room
+// back once the namespace is gone.
+func TestPlaneLimitNamespaceDeletion(t *testing.T) {
+	t.Parallel()
+	s := shared
+	a := uniquePlane(t, "limit-ns")
+	const limit = 40
+	createLimitedPlane(t, s, a, map[string]any{"maxObjects": limit})
+	ctx := context.Background()
+	ca := s.Client(t, a)
+	if _, err := ca.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bulk"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := 0; i <= limit && err == nil; i++ {
+		_, err = ca.CoreV1().ConfigMaps("bulk").Create(ctx, configMap(fmt.Sprint("cm-", i), 100), metav1.CreateOptions{})
+	}
+	requireExceeded(t, err, fmt.Sprintf("maxObjects=%d", limit))
+	if err := ca.CoreV1().Namespaces().Delete(ctx, "bulk", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "namespace bulk gone", func(ctx context.Context) error {
+		_, err := ca.CoreV1().Namespaces().Get(ctx, "bulk", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	// The plane held nothing of its own but the namespace and its
+	// objects: most of the limit is free again.
+	for i := range limit - 10 {
+		if _, err := ca.CoreV1().ConfigMaps("default").Create(ctx, configMap(fmt.Sprint("after-", i), 0), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %d after the namespace's deletion: %v", i, err)
+		}
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "usage after the namespace's deletion", func(ctx context.Context) error {
+		u, err := planeUsage(ctx, s, t, a)
+		if err == nil && (u["objects"] < limit-10 || u["objects"] > limit) {
+			err = fmt.Errorf("usage %v", u)
+		}
+		return err
+	})
+}
+
 // TestPlaneLimitBytes: spec.limits.maxBytes refuses a create and an update
 // that would take the plane's stored bytes past it; an update that
 // shrinks passes.
