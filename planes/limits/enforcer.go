@@ -14,9 +14,8 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
-// countedTimeout bounds how long a write that added to a plane's usage
-// waits for the counters to hold it before its reservation goes; the
-// shared caches see a write within milliseconds.
+// countedTimeout bounds how long a write waits after a start for every
+// storage's first count; the shared caches list within milliseconds.
 const countedTimeout = 2 * time.Second
 
 // Planes tells what each plane's Plane sets (spec.limits, nil for none)
@@ -97,8 +96,8 @@ func (e *Enforcer) Limited(plane string) (objects, bytes bool) {
 // Reserve implements planestorage.WriteGuard: a write adding objects and
 // bytes to plane is refused (403) when the plane's stored usage plus the
 // writes in flight would pass a limit; else it is counted in flight until
-// release, which waits for the counters to hold it (rv > 0) so that the
-// next write is checked against it.
+// the counters hold it (release with the write's revision) or release
+// says it was not stored (0), so that the next write is checked against it.
 func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, key string, objects, bytes int64) (func(rv uint64), error) {
 	l := e.Effective(plane)
 	if err := e.waitCounted(ctx); err != nil {
@@ -125,10 +124,7 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 	r.Bytes += bytes
 	e.reserved[plane] = r
 	e.mu.Unlock()
-	return func(rv uint64) {
-		if rv > 0 {
-			e.config.Counts.WaitCounted(ctx, s, rv, countedTimeout)
-		}
+	unreserve := func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		r.Objects -= objects
@@ -136,6 +132,13 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 		if r.Objects == 0 && r.Bytes == 0 && e.reserved[plane] == r {
 			delete(e.reserved, plane)
 		}
+	}
+	return func(rv uint64) {
+		if rv == 0 {
+			unreserve()
+			return
+		}
+		e.config.Counts.WhenCounted(s, rv, unreserve)
 	}, nil
 }
 

@@ -110,3 +110,20 @@ func TestReserveCountsWritesInFlight(t *testing.T) {
 		release(0)
 	}
 }
+
+// TestReservationHeldUntilCounted: a stored write's reservation stays
+// until the counters hold its revision, however long they lag.
+func TestReservationHeldUntilCounted(t *testing.T) {
+	counts := planestorage.NewCounts()
+	e := New(Config{Counts: counts})
+	e.Bind(planeSpecs{"a": {MaxObjects: ptr[int64](1)}})
+	s := &planestorage.Store{}
+	release, err := e.Reserve(context.Background(), s, "a", "/configmaps/a/default/x", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(7)
+	if _, err := e.Reserve(context.Background(), s, "a", "/configmaps/a/default/y", 1, 0); !apierrors.IsForbidden(err) {
+		t.Fatalf("a write stored but not yet counted was forgotten: %v", err)
+	}
+}

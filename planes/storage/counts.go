@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,15 +36,16 @@ type Counts struct {
 }
 
 // progress is the newest revision of a store whose events are counted,
-// and the writers waiting for theirs.
+// and what waits for a newer one.
 type progress struct {
 	rv      uint64
 	waiters []waiter
 }
 
+// waiter is called once its revision is counted.
 type waiter struct {
-	rv   uint64
-	done chan struct{}
+	rv      uint64
+	counted func()
 }
 
 // NewCounts returns empty counts.
@@ -82,30 +82,30 @@ func (c *Counts) Forget(plane string) {
 	}
 }
 
-// WaitCounted waits until s's events up to revision rv are counted, or
-// until timeout: a writer holding a reservation releases it once its
-// write is in the counts, so that the next check sees it.
-func (c *Counts) WaitCounted(ctx context.Context, s *Store, rv uint64, timeout time.Duration) {
+// WhenCounted calls counted once s's events up to revision rv are counted
+// (at once if they are), or once s is no longer followed. A writer holds
+// its reservation against a plane's limits until then, however long the
+// counters lag behind, so that no check misses its write; nothing waits
+// meanwhile (counted runs on the counting goroutine, outside the lock).
+func (c *Counts) WhenCounted(s *Store, rv uint64, counted func()) {
 	c.mu.Lock()
+	p := c.progressLocked(s)
+	if p.rv >= rv {
+		c.mu.Unlock()
+		counted()
+		return
+	}
+	p.waiters = append(p.waiters, waiter{rv: rv, counted: counted})
+	c.mu.Unlock()
+}
+
+func (c *Counts) progressLocked(s *Store) *progress {
 	p := c.seen[s]
 	if p == nil {
 		p = &progress{}
 		c.seen[s] = p
 	}
-	if p.rv >= rv {
-		c.mu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	p.waiters = append(p.waiters, waiter{rv: rv, done: done})
-	c.mu.Unlock()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-	case <-ctx.Done():
-	}
+	return p
 }
 
 // Counted reports whether every one of stores has been counted once: until
@@ -121,26 +121,31 @@ func (c *Counts) Counted(stores []*Store) bool {
 	return true
 }
 
-// advanceLocked records that s's events up to rv are counted.
-func (c *Counts) advanceLocked(s *Store, rv uint64) {
-	p := c.seen[s]
-	if p == nil {
-		p = &progress{}
-		c.seen[s] = p
-	}
+// advanceLocked records that s's events up to rv are counted and returns
+// the waiters to call once the lock is released.
+func (c *Counts) advanceLocked(s *Store, rv uint64) []func() {
+	p := c.progressLocked(s)
 	if rv <= p.rv {
-		return
+		return nil
 	}
 	p.rv = rv
+	var due []func()
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
 		if w.rv <= rv {
-			close(w.done)
+			due = append(due, w.counted)
 		} else {
 			kept = append(kept, w)
 		}
 	}
 	p.waiters = kept
+	return due
+}
+
+func callAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Follow counts s until ctx is done or s is destroyed (a custom-resource
@@ -163,16 +168,18 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 }
 
 func (c *Counts) drop(s *Store) {
+	var due []func()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	delete(c.per, s)
 	delete(c.sizes, s)
 	if p := c.seen[s]; p != nil {
 		for _, w := range p.waiters {
-			close(w.done)
+			due = append(due, w.counted)
 		}
 	}
 	delete(c.seen, s)
+	c.mu.Unlock()
+	callAll(due)
 }
 
 func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
@@ -207,8 +214,9 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	c.mu.Lock()
 	c.per[s] = counts
 	c.sizes[s] = sizes
-	c.advanceLocked(s, rv)
+	due := c.advanceLocked(s, rv)
 	c.mu.Unlock()
+	callAll(due)
 	return lm.GetResourceVersion(), nil
 }
 
@@ -246,6 +254,9 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 		// Encoded outside the lock: it is the costly part.
 		size = s.EncodedSize(ev.Object)
 	}
+	rv, _ := strconv.ParseUint(resourceVersionOf(ev.Object), 10, 64)
+	var due []func()
+	defer func() { callAll(due) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.per[s] == nil {
@@ -273,9 +284,7 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 	if u.Objects <= 0 {
 		delete(c.per[s], plane)
 	}
-	if rv, err := strconv.ParseUint(resourceVersionOf(ev.Object), 10, 64); err == nil {
-		c.advanceLocked(s, rv)
-	}
+	due = c.advanceLocked(s, rv)
 }
 
 func uidOf(obj runtime.Object) types.UID {

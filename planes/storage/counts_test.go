@@ -76,3 +76,29 @@ func TestCountsDeletedNamespaceOfMany(t *testing.T) {
 		t.Fatalf("after the namespace's deletion: %+v", u)
 	}
 }
+
+// TestWhenCountedWaitsForTheEvent: a writer's callback runs once the
+// counters hold its revision, not before, and at once when they do.
+func TestWhenCountedWaitsForTheEvent(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 3, "v")})
+	calls := 0
+	c.WhenCounted(s, 3, func() { calls++ })
+	if calls != 1 {
+		t.Fatalf("a counted revision: %d calls", calls)
+	}
+	c.WhenCounted(s, 5, func() { calls++ })
+	if calls != 1 {
+		t.Fatal("called before its revision was counted")
+	}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "two", 5, "v")})
+	if calls != 2 {
+		t.Fatalf("not called once its revision was counted: %d calls", calls)
+	}
+	c.WhenCounted(s, 9, func() { calls++ })
+	c.drop(s)
+	if calls != 3 {
+		t.Fatal("a waiter of a storage no longer followed was not called")
+	}
+}

@@ -116,6 +116,11 @@ func TestPlaneLimitObjects(t *testing.T) {
 	if !strings.Contains(err.Error(), "used: objects=5") {
 		t.Fatalf("usage not in the refusal: %v", err)
 	}
+	// A plane's first change of an object it inherits from the base
+	// plane stores a record of its own: a create to its limit.
+	label := []byte(`{"metadata":{"labels":{"changed":"yes"}}}`)
+	_, err = ca.CoreV1().Namespaces().Patch(ctx, "default", types.MergePatchType, label, metav1.PatchOptions{})
+	requireExceeded(t, err, "maxObjects=5")
 	for i := range 10 {
 		if _, err := cb.CoreV1().ConfigMaps("default").Create(ctx, configMap(fmt.Sprint("cm-", i), 0), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("unlimited plane %s refused: %v", b, err)
