@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,15 +60,28 @@ func (c *Counts) Plane(plane string) int64 { return c.Usage(plane).Objects }
 
 // Usage returns what plane stores.
 func (c *Counts) Usage(plane string) Usage {
+	type held struct {
+		store *Store
+		usage Usage
+	}
+	var found []held
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var u Usage
 	for s, planes := range c.per {
+		if p := planes[plane]; p != nil {
+			found = append(found, held{s, *p})
+		}
+	}
+	c.mu.Unlock()
+	// Asked outside the lock: which content serves a plane is the CRD
+	// index's to say, and the counting goroutines must not wait on it
+	// (a watcher that falls behind is closed by the cacher).
+	var u Usage
+	for _, h := range found {
 		// Every custom-resource storage of a group/resource sees the
 		// objects of all planes; only the one serving plane counts them.
-		if p := planes[plane]; p != nil && s.Owns(plane) {
-			u.Objects += p.Objects
-			u.Bytes += p.Bytes
+		if h.store.Owns(plane) {
+			u.Objects += h.usage.Objects
+			u.Bytes += h.usage.Bytes
 		}
 	}
 	return u
@@ -158,8 +172,15 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		rv, err := c.recount(all, s)
+		began := time.Now()
 		if err == nil {
 			err = c.watch(all, s, rv)
+		}
+		if time.Since(began) > time.Minute {
+			// A watch that ran for long ended (the cacher closes watchers
+			// now and then): start over at once, not at the backoff's
+			// cap, while the counts stand still.
+			backoff = retryBackoff()
 		}
 		if !sleepCtx(ctx, backoff.Step()) {
 			return
