@@ -113,12 +113,12 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 	switch {
 	case objects > 0 && l.MaxObjects > 0 && usedObjects+objects > l.MaxObjects:
 		e.mu.Unlock()
-		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: objects=%d, used: objects=%d, limited: maxObjects=%d",
-			objects, usedObjects, l.MaxObjects))
+		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: objects=%d, used: objects=%d, limited: maxObjects=%d (%d being written)",
+			objects, usedObjects, l.MaxObjects, r.Objects))
 	case bytes > 0 && l.MaxBytes > 0 && usedBytes+bytes > l.MaxBytes:
 		e.mu.Unlock()
-		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: bytes=%d, used: bytes=%d, limited: maxBytes=%d",
-			bytes, usedBytes, l.MaxBytes))
+		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: bytes=%d, used: bytes=%d, limited: maxBytes=%d (%d being written)",
+			bytes, usedBytes, l.MaxBytes, r.Bytes))
 	}
 	r.Objects += objects
 	r.Bytes += bytes

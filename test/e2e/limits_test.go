@@ -199,10 +199,14 @@ func TestPlaneLimitNamespaceDeletion(t *testing.T) {
 	// objects: most of the limit is free again, once the counters have
 	// followed the deletions.
 	created := 0
-	framework.Eventually(t, framework.DefaultTimeout, "room after the namespace's deletion", func(ctx context.Context) error {
+	framework.Eventually(t, framework.DefaultTimeout, "room after the namespace's deletion", func(context.Context) error {
+		// Not the poll's context: a request cut by its deadline would hide
+		// the last refusal and usage seen.
+		ctx := context.Background()
 		for ; created < limit-10; created++ {
 			if _, err := ca.CoreV1().ConfigMaps("default").Create(ctx, configMap(fmt.Sprint("after-", created), 0), metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create %d after the namespace's deletion: %w", created, err)
+				u, uerr := planeUsage(ctx, s, t, a)
+				return fmt.Errorf("create %d after the namespace's deletion (status usage %v %v): %w", created, u, uerr, err)
 			}
 		}
 		return nil
