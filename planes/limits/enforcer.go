@@ -18,6 +18,11 @@ import (
 // storage's first count; the shared caches list within milliseconds.
 const countedTimeout = 2 * time.Second
 
+// heldAtMost bounds how long a stored write's reservation waits for the
+// counters to hold it; they do within milliseconds unless something is
+// wrong with them.
+const heldAtMost = 10 * time.Second
+
 // Planes tells what each plane's Plane sets (spec.limits, nil for none)
 // and how many watches it holds open.
 type Planes interface {
@@ -138,7 +143,14 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 			unreserve()
 			return
 		}
-		e.config.Counts.WhenCounted(s, rv, unreserve)
+		// Held until counted, but not forever: counters stuck behind
+		// would otherwise hold the plane at its limit whatever it deletes.
+		var once sync.Once
+		timer := time.AfterFunc(heldAtMost, func() { once.Do(unreserve) })
+		e.config.Counts.WhenCounted(s, rv, func() {
+			timer.Stop()
+			once.Do(unreserve)
+		})
 	}, nil
 }
 

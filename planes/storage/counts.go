@@ -98,9 +98,8 @@ func (c *Counts) Forget(plane string) {
 
 // WhenCounted calls counted once s's events up to revision rv are counted
 // (at once if they are), or once s is no longer followed. A writer holds
-// its reservation against a plane's limits until then, however long the
-// counters lag behind, so that no check misses its write; nothing waits
-// meanwhile (counted runs on the counting goroutine, outside the lock).
+// its reservation against a plane's limits until then, so that no check
+// misses its write; nothing waits meanwhile.
 func (c *Counts) WhenCounted(s *Store, rv uint64, counted func()) {
 	c.mu.Lock()
 	p := c.progressLocked(s)
@@ -156,10 +155,18 @@ func (c *Counts) advanceLocked(s *Store, rv uint64) []func() {
 	return due
 }
 
+// callAll calls the waiters due on a goroutine of their own: a counting
+// goroutine must never wait on what a waiter locks, or the cacher closes
+// its watch and the counts stand still meanwhile.
 func callAll(fs []func()) {
-	for _, f := range fs {
-		f()
+	if len(fs) == 0 {
+		return
 	}
+	go func() {
+		for _, f := range fs {
+			f()
+		}
+	}()
 }
 
 // Follow counts s until ctx is done or s is destroyed (a custom-resource

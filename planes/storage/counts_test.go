@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -83,22 +84,29 @@ func TestWhenCountedWaitsForTheEvent(t *testing.T) {
 	c := NewCounts()
 	s := &Store{}
 	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 3, "v")})
-	calls := 0
-	c.WhenCounted(s, 3, func() { calls++ })
-	if calls != 1 {
-		t.Fatalf("a counted revision: %d calls", calls)
+	calls := make(chan int, 3)
+	expect := func(want int, what string) {
+		t.Helper()
+		select {
+		case got := <-calls:
+			if got != want {
+				t.Fatalf("%s: waiter %d called, want %d", what, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not called", what)
+		}
 	}
-	c.WhenCounted(s, 5, func() { calls++ })
-	if calls != 1 {
+	c.WhenCounted(s, 3, func() { calls <- 1 })
+	expect(1, "a counted revision")
+	c.WhenCounted(s, 5, func() { calls <- 2 })
+	select {
+	case <-calls:
 		t.Fatal("called before its revision was counted")
+	default:
 	}
 	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "two", 5, "v")})
-	if calls != 2 {
-		t.Fatalf("not called once its revision was counted: %d calls", calls)
-	}
-	c.WhenCounted(s, 9, func() { calls++ })
+	expect(2, "its revision counted")
+	c.WhenCounted(s, 9, func() { calls <- 3 })
 	c.drop(s)
-	if calls != 3 {
-		t.Fatal("a waiter of a storage no longer followed was not called")
-	}
+	expect(3, "a storage no longer followed")
 }
