@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/webhooks"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
@@ -70,6 +72,21 @@ type Options struct {
 
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int
+	// MaxPlanesPerUser caps the planes one identity makes by first
+	// requests (0: no limit).
+	MaxPlanesPerUser int
+	// PlaneMaxObjects, PlaneMaxBytes, PlaneRequestsPerSecond,
+	// PlaneRequestBurst and PlaneMaxWatches limit every plane whose Plane
+	// sets none (0: no limit).
+	PlaneMaxObjects        int64
+	PlaneMaxBytes          int64
+	PlaneRequestsPerSecond int
+	PlaneRequestBurst      int
+	PlaneMaxWatches        int
+	// PlaneFairness queues requests fairly by plane; PlaneFairnessSeats
+	// are the requests executing at once (0: 4 per CPU).
+	PlaneFairness      bool
+	PlaneFairnessSeats int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
 	// PlaneBase makes new planes made from nothing layers over one base
@@ -142,6 +159,7 @@ func NewOptions() *Options {
 		PlaneBootstrap:              "minimal",
 		Profile:                     string(apiserver.ProfileFull),
 		PlaneBase:                   true,
+		PlaneFairness:               true,
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",
@@ -188,6 +206,15 @@ func (o *Options) Validate() error {
 	}
 	if o.CompactionInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
+	}
+	if o.PlaneFairnessSeats < 0 {
+		errs = append(errs, fmt.Sprintf("--plane-fairness-seats %d must not be negative", o.PlaneFairnessSeats))
+	}
+	if o.MaxPlanesPerUser < 0 {
+		errs = append(errs, fmt.Sprintf("--max-planes-per-user %d must not be negative", o.MaxPlanesPerUser))
+	}
+	if err := o.PlaneLimits().Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if o.MaxPlanes < 0 {
 		errs = append(errs, fmt.Sprintf("--max-planes %d must not be negative", o.MaxPlanes))
@@ -251,4 +278,31 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// maxLimit bounds the flags' rates and watch counts (as the CRD bounds
+// spec.limits).
+const maxLimit = 1_000_000
+
+// PlaneLimits are the limits by flag of every plane whose Plane sets none.
+func (o *Options) PlaneLimits() limits.Effective {
+	// Clamped into int32 on both sides so that validation sees a value
+	// out of range, not one wrapped around into range.
+	clamp := func(v int) int32 { return int32(max(min(v, maxLimit+1), -1)) }
+	return limits.Effective{
+		MaxObjects: o.PlaneMaxObjects, MaxBytes: o.PlaneMaxBytes,
+		RequestsPerSecond: clamp(o.PlaneRequestsPerSecond), RequestBurst: clamp(o.PlaneRequestBurst),
+		MaxWatches: clamp(o.PlaneMaxWatches),
+	}
+}
+
+// FairnessSeats are the seats of the planes' fair queue, 0 when it is off.
+func (o *Options) FairnessSeats() int {
+	switch {
+	case !o.PlaneFairness:
+		return 0
+	case o.PlaneFairnessSeats > 0:
+		return o.PlaneFairnessSeats
+	}
+	return 4 * runtime.GOMAXPROCS(0)
 }

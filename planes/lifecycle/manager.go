@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/limits"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -83,6 +84,9 @@ type Config struct {
 	Forget []Forgetter
 	// StatusInterval is how often object counts are written to status.
 	StatusInterval time.Duration
+	// MaxPlanesPerUser caps the planes one identity brings into being by
+	// first requests (0: no limit).
+	MaxPlanesPerUser int
 	// CopyBootstrap makes new planes made from nothing write their own
 	// copy of the bootstrap objects instead of standing on the base plane.
 	CopyBootstrap bool
@@ -97,8 +101,6 @@ type state struct {
 	// reconcile that sees the same Plane again (its informer copy still
 	// holding the finalizer) only releases it.
 	wiped types.UID
-	// statusCount is the object count last written to the Plane status.
-	statusCount int64
 	// template is the plane this one is made from (spec.template).
 	template string
 	// resetting is set while a reset of the plane runs (or must be
@@ -121,6 +123,12 @@ type state struct {
 	// base is the base plane (planes.BaseAnnotation) the plane stands on
 	// when it has no template.
 	base string
+	// limits is the Plane's spec.limits.
+	limits *limits.Limits
+	// createdBy is the user whose first request made the plane.
+	createdBy string
+	// statusUsage is the usage last written to the Plane status.
+	statusUsage Usage
 }
 
 // Manager keeps the planes.
@@ -139,6 +147,8 @@ type Manager struct {
 	held map[string]*resetHold
 	// clones shares one clone among the requests waiting for it.
 	clones singleflight.Group
+	// provisioning counts, per user, first requests creating a plane.
+	provisioning map[string]map[string]int
 }
 
 // New returns a manager; Run starts it.
@@ -151,12 +161,13 @@ func New(config Config) (*Manager, error) {
 		config.StatusInterval = 10 * time.Second
 	}
 	m := &Manager{
-		config:     config,
-		planes:     client.Resource(GVR),
-		requests:   newTracker(),
-		state:      map[string]*state{planes.Root: {phase: Ready}},
-		dependents: map[string]map[string]struct{}{},
-		held:       map[string]*resetHold{},
+		config:       config,
+		planes:       client.Resource(GVR),
+		requests:     newTracker(),
+		state:        map[string]*state{planes.Root: {phase: Ready}},
+		dependents:   map[string]map[string]struct{}{},
+		held:         map[string]*resetHold{},
+		provisioning: map[string]map[string]int{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"}),
 	}
@@ -211,6 +222,9 @@ func (m *Manager) observe(obj any) {
 	}
 	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
 	s.base = u.GetAnnotations()[planes.BaseAnnotation]
+	s.createdBy = u.GetAnnotations()[CreatedByAnnotation]
+	s.limits = limitsOf(u)
+	s.statusUsage = usageOf(u)
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
 	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
@@ -466,36 +480,37 @@ func (m *Manager) writeStatus(ctx context.Context, name string, status map[strin
 	return err
 }
 
-// writeCounts refreshes the object count in the status of every plane
-// whose count changed.
+// writeCounts refreshes the usage (objects, bytes, watches) in the status
+// of every plane whose usage changed: one write per changed plane per
+// interval, none per request.
 func (m *Manager) writeCounts(ctx context.Context) {
 	// Counting asks the storage which planes custom resources serve, which
 	// asks the manager how planes are stacked: the lock is not held then
 	// (a read lock taken twice deadlocks once a writer waits between).
 	m.mu.RLock()
-	written := map[string]int64{}
+	written := map[string]Usage{}
 	for name, s := range m.state {
 		if s.phase == Ready {
-			written[name] = s.statusCount
+			written[name] = s.statusUsage
 		}
 	}
 	m.mu.RUnlock()
-	var changed []string
-	counts := map[string]int64{}
 	for name, last := range written {
-		if n := m.config.Counts.Plane(name); n != last {
-			changed = append(changed, name)
-			counts[name] = n
+		stored := m.config.Counts.Usage(name)
+		now := Usage{Objects: stored.Objects, Bytes: stored.Bytes, Watches: int64(m.Watches(name))}
+		if now == last {
+			continue
 		}
-	}
-	for _, name := range changed {
-		if err := m.writeStatus(ctx, name, map[string]any{"objectCount": counts[name]}); err == nil {
-			m.mu.Lock()
-			if s := m.state[name]; s != nil {
-				s.statusCount = counts[name]
-			}
-			m.mu.Unlock()
+		status := map[string]any{"objectCount": now.Objects,
+			"usage": map[string]any{"objects": now.Objects, "bytes": now.Bytes, "watches": now.Watches}}
+		if err := m.writeStatus(ctx, name, status); err != nil {
+			continue
 		}
+		m.mu.Lock()
+		if s := m.state[name]; s != nil {
+			s.statusUsage = now
+		}
+		m.mu.Unlock()
 	}
 }
 
@@ -535,6 +550,11 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 	if u != nil {
 		name = u.GetName()
 	}
+	release, err := m.reserveForUser(name, plane)
+	if err != nil {
+		return err
+	}
+	defer release()
 	created, err := m.planes.Create(ctx, planeObject(plane, map[string]string{CreatedByAnnotation: name}), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// Created meanwhile, maybe from a template: what it says decides

@@ -163,3 +163,13 @@ func (t *tracker) reopen(plane string) {
 		delete(t.planes, plane)
 	}
 }
+
+// watches returns the number of watches open in plane.
+func (t *tracker) watches(plane string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.planes[plane]; p != nil {
+		return len(p.watches)
+	}
+	return 0
+}

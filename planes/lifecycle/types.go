@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/nodes"
 )
@@ -32,6 +33,9 @@ type PlaneSpec struct {
 	Simulation *SimulationSpec `json:"simulation,omitempty"`
 	// Audit says how the plane's requests are recorded in its trail.
 	Audit *AuditSpec `json:"audit,omitempty"`
+	// Limits is what the plane may use; what it leaves out takes the
+	// server's defaults. It may change at any time.
+	Limits *limits.Limits `json:"limits,omitempty"`
 }
 
 // AuditSpec is the audit level of a plane: None, Metadata, Request or
@@ -65,6 +69,15 @@ type PlaneStatus struct {
 	ObjectCount    int64        `json:"objectCount,omitempty"`
 	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty"`
 	Message        string       `json:"message,omitempty"`
+	// Usage is what the plane uses, against spec.limits.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is what a plane uses (refreshed every few seconds).
+type Usage struct {
+	Objects int64 `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+	Watches int64 `json:"watches"`
 }
 
 // NewPlane returns the Plane of plane id, ready to create.

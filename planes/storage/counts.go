@@ -2,42 +2,89 @@ package storage
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
 )
 
-// Counts keeps the number of stored objects per plane, all resources
-// together, by following every resource across planes (one watch per
-// resource, counted by event, nothing kept per object).
+// Usage is what a plane stores: its own records, all resources together,
+// and their encoded size.
+type Usage struct {
+	Objects int64
+	Bytes   int64
+}
+
+// Counts keeps the number of stored objects and their encoded size per
+// plane, all resources together, by following every resource across planes
+// (one watch of each shared cache, counted by event). The first list and
+// every event are read from the watch caches, which hold exactly what the
+// datastore holds, so counts are right after a restart without a datastore
+// scan of their own. What is kept per object is its size (to take an
+// update's or deletion's old size off), keyed by uid.
 type Counts struct {
-	mu  sync.Mutex
-	per map[*Store]map[string]int64
+	mu    sync.Mutex
+	per   map[*Store]map[string]*Usage
+	sizes map[*Store]map[types.UID]int64
+	seen  map[*Store]*progress
+}
+
+// progress is the newest revision of a store whose events are counted,
+// and what waits for a newer one.
+type progress struct {
+	rv      uint64
+	waiters []waiter
+}
+
+// waiter is called once its revision is counted.
+type waiter struct {
+	rv      uint64
+	counted func()
 }
 
 // NewCounts returns empty counts.
 func NewCounts() *Counts {
-	return &Counts{per: map[*Store]map[string]int64{}}
+	return &Counts{per: map[*Store]map[string]*Usage{}, sizes: map[*Store]map[types.UID]int64{},
+		seen: map[*Store]*progress{}}
 }
 
 // Plane returns the number of objects plane holds.
-func (c *Counts) Plane(plane string) int64 {
+func (c *Counts) Plane(plane string) int64 { return c.Usage(plane).Objects }
+
+// Usage returns what plane stores.
+func (c *Counts) Usage(plane string) Usage {
+	type held struct {
+		store *Store
+		usage Usage
+	}
+	var found []held
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var n int64
 	for s, planes := range c.per {
-		// Every custom-resource storage of a group/resource sees the
-		// objects of all planes; only the one serving plane counts them.
-		if s.Owns(plane) {
-			n += planes[plane]
+		if p := planes[plane]; p != nil {
+			found = append(found, held{s, *p})
 		}
 	}
-	return n
+	c.mu.Unlock()
+	// Asked outside the lock: which content serves a plane is the CRD
+	// index's to say, and the counting goroutines must not wait on it
+	// (a watcher that falls behind is closed by the cacher).
+	var u Usage
+	for _, h := range found {
+		// Every custom-resource storage of a group/resource sees the
+		// objects of all planes; only the one serving plane counts them.
+		if h.store.Owns(plane) {
+			u.Objects += h.usage.Objects
+			u.Bytes += h.usage.Bytes
+		}
+	}
+	return u
 }
 
 // Forget drops a deleted plane's counters.
@@ -47,6 +94,79 @@ func (c *Counts) Forget(plane string) {
 	for _, planes := range c.per {
 		delete(planes, plane)
 	}
+}
+
+// WhenCounted calls counted once s's events up to revision rv are counted
+// (at once if they are), or once s is no longer followed. A writer holds
+// its reservation against a plane's limits until then, so that no check
+// misses its write; nothing waits meanwhile.
+func (c *Counts) WhenCounted(s *Store, rv uint64, counted func()) {
+	c.mu.Lock()
+	p := c.progressLocked(s)
+	if p.rv >= rv {
+		c.mu.Unlock()
+		counted()
+		return
+	}
+	p.waiters = append(p.waiters, waiter{rv: rv, counted: counted})
+	c.mu.Unlock()
+}
+
+func (c *Counts) progressLocked(s *Store) *progress {
+	p := c.seen[s]
+	if p == nil {
+		p = &progress{}
+		c.seen[s] = p
+	}
+	return p
+}
+
+// Counted reports whether every one of stores has been counted once: until
+// then a plane's usage is not known (after a start, or a new resource).
+func (c *Counts) Counted(stores []*Store) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range stores {
+		if p := c.seen[s]; p == nil || p.rv == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// advanceLocked records that s's events up to rv are counted and returns
+// the waiters to call once the lock is released.
+func (c *Counts) advanceLocked(s *Store, rv uint64) []func() {
+	p := c.progressLocked(s)
+	if rv <= p.rv {
+		return nil
+	}
+	p.rv = rv
+	var due []func()
+	kept := p.waiters[:0]
+	for _, w := range p.waiters {
+		if w.rv <= rv {
+			due = append(due, w.counted)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	p.waiters = kept
+	return due
+}
+
+// callAll calls the waiters due on a goroutine of their own: a counting
+// goroutine must never wait on what a waiter locks, or the cacher closes
+// its watch and the counts stand still meanwhile.
+func callAll(fs []func()) {
+	if len(fs) == 0 {
+		return
+	}
+	go func() {
+		for _, f := range fs {
+			f()
+		}
+	}()
 }
 
 // Follow counts s until ctx is done or s is destroyed (a custom-resource
@@ -59,8 +179,15 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		rv, err := c.recount(all, s)
+		began := time.Now()
 		if err == nil {
 			err = c.watch(all, s, rv)
+		}
+		if time.Since(began) > time.Minute {
+			// A watch that ran for long ended (the cacher closes watchers
+			// now and then): start over at once, not at the backoff's
+			// cap, while the counts stand still.
+			backoff = retryBackoff()
 		}
 		if !sleepCtx(ctx, backoff.Step()) {
 			return
@@ -69,9 +196,18 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 }
 
 func (c *Counts) drop(s *Store) {
+	var due []func()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	delete(c.per, s)
+	delete(c.sizes, s)
+	if p := c.seen[s]; p != nil {
+		for _, w := range p.waiters {
+			due = append(due, w.counted)
+		}
+	}
+	delete(c.seen, s)
+	c.mu.Unlock()
+	callAll(due)
 }
 
 func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
@@ -81,18 +217,34 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	}, list); err != nil {
 		return "", err
 	}
-	counts := map[string]int64{}
+	counts := map[string]*Usage{}
+	sizes := map[types.UID]int64{}
 	_ = meta.EachListItem(list, func(obj runtime.Object) error {
-		counts[planes.OfObject(obj)]++
+		plane := planes.OfObject(obj)
+		u := counts[plane]
+		if u == nil {
+			u = &Usage{}
+			counts[plane] = u
+		}
+		size := s.EncodedSize(obj)
+		u.Objects++
+		u.Bytes += size
+		if uid := uidOf(obj); uid != "" {
+			sizes[uid] = size
+		}
 		return nil
 	})
-	c.mu.Lock()
-	c.per[s] = counts
-	c.mu.Unlock()
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return "", err
 	}
+	rv, _ := strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	c.mu.Lock()
+	c.per[s] = counts
+	c.sizes[s] = sizes
+	due := c.advanceLocked(s, rv)
+	c.mu.Unlock()
+	callAll(due)
 	return lm.GetResourceVersion(), nil
 }
 
@@ -110,29 +262,73 @@ func (c *Counts) watch(ctx context.Context, s *Store, rv string) error {
 			if !ok {
 				return errWatchClosed
 			}
-			var delta int64
-			switch ev.Type {
-			case watch.Added:
-				delta = 1
-			case watch.Deleted:
-				delta = -1
-			case watch.Error:
+			if ev.Type == watch.Error {
 				return errWatchClosed
-			default:
-				continue
 			}
-			plane := planes.OfObject(ev.Object)
-			c.mu.Lock()
-			if c.per[s] == nil {
-				c.per[s] = map[string]int64{}
-			}
-			c.per[s][plane] += delta
-			if c.per[s][plane] <= 0 {
-				delete(c.per[s], plane)
-			}
-			c.mu.Unlock()
+			c.count(s, ev)
 		}
 	}
+}
+
+// count applies one event of s to the counters.
+func (c *Counts) count(s *Store, ev watch.Event) {
+	if ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted {
+		return
+	}
+	plane := planes.OfObject(ev.Object)
+	uid := uidOf(ev.Object)
+	var size int64
+	if ev.Type != watch.Deleted {
+		// Encoded outside the lock: it is the costly part.
+		size = s.EncodedSize(ev.Object)
+	}
+	rv, _ := strconv.ParseUint(resourceVersionOf(ev.Object), 10, 64)
+	var due []func()
+	defer func() { callAll(due) }()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.per[s] == nil {
+		c.per[s] = map[string]*Usage{}
+		c.sizes[s] = map[types.UID]int64{}
+	}
+	u := c.per[s][plane]
+	if u == nil {
+		u = &Usage{}
+		c.per[s][plane] = u
+	}
+	old, known := c.sizes[s][uid]
+	switch ev.Type {
+	case watch.Added, watch.Modified:
+		if !known {
+			u.Objects++
+		}
+		u.Bytes += size - old
+		c.sizes[s][uid] = size
+	case watch.Deleted:
+		u.Objects--
+		u.Bytes -= old
+		delete(c.sizes[s], uid)
+	}
+	if u.Objects <= 0 {
+		delete(c.per[s], plane)
+	}
+	due = c.advanceLocked(s, rv)
+}
+
+func uidOf(obj runtime.Object) types.UID {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return accessor.GetUID()
+}
+
+func resourceVersionOf(obj runtime.Object) string {
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return accessor.GetResourceVersion()
 }
 
 type watchClosedError struct{}

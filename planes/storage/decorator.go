@@ -47,6 +47,8 @@ type Registry struct {
 	// layers says which planes are made from templates; set once by the
 	// lifecycle.
 	layers atomic.Pointer[Layers]
+	// guard holds planes to their limits; set once by the server.
+	guard atomic.Pointer[WriteGuard]
 }
 
 // ContentResolver returns the content key of plane's CRD for a custom
@@ -224,7 +226,7 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 			return nil, nil, err
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, content: content, registry: r,
-			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{})}
+			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{}), codec: codecOf(config)}
 		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
 		for _, f := range r.onNew {
 			go f(store)

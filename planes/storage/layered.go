@@ -492,7 +492,14 @@ func (s *Store) updateInherited(ctx context.Context, plane, scoped string, below
 	if ttl != nil {
 		ttlValue = *ttl
 	}
+	// The plane's first record of the object: to its limits a create of
+	// the whole object, which the update's own check (growth only) misses.
+	release, err := s.reserveCreate(ctx, plane, scoped, out)
+	if err != nil {
+		return err
+	}
 	err = s.Interface.Create(ctx, scoped, out, destination, ttlValue)
+	release(storedAt(err, destination))
 	if storage.IsExist(err) {
 		return errRaced
 	}

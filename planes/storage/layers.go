@@ -197,3 +197,30 @@ func (r *Registry) expiredByReset(s *Store, plane, resourceVersion string) error
 	return apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %s is from before plane %s was reset (at %d); list it again",
 		resourceVersion, plane, at))
 }
+
+// WriteGuard holds planes to limits on what they store.
+type WriteGuard interface {
+	// Limited reports whether plane's objects and bytes are limited: a
+	// write to an unlimited plane is not measured.
+	Limited(plane string) (objects, bytes bool)
+	// Reserve is asked before a write adds objects and bytes to plane (key
+	// names the object); it answers the plane's refusal, or a release to
+	// call once the write is done, with the revision it was stored at (0:
+	// not stored).
+	Reserve(ctx context.Context, s *Store, plane, key string, objects, bytes int64) (release func(rv uint64), err error)
+}
+
+// SetWriteGuard binds the limits every write is checked against; until it
+// is called nothing is limited.
+func (r *Registry) SetWriteGuard(g WriteGuard) { r.guard.Store(&g) }
+
+func (r *Registry) writeGuard() WriteGuard {
+	if r == nil {
+		return nil
+	}
+	g := r.guard.Load()
+	if g == nil {
+		return nil
+	}
+	return *g
+}

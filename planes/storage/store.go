@@ -29,6 +29,8 @@ type Store struct {
 	// gone is closed when the storage is destroyed (the last CRD serving a
 	// custom resource went away), so that followers of it stop.
 	gone chan struct{}
+	// codec encodes objects as the datastore stores them (sizes).
+	codec runtime.Codec
 }
 
 var _ storage.Interface = &Store{}
@@ -112,10 +114,17 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if err := markWrite(obj, plane, ""); err != nil {
 		return err
 	}
-	if chain := s.layered(ctx, plane); len(chain) > 0 {
-		return s.createLayered(ctx, plane, chain, key, obj, out, ttl)
+	release, err := s.reserveCreate(ctx, plane, key, obj)
+	if err != nil {
+		return err
 	}
-	return s.Interface.Create(ctx, scoped, obj, out, ttl)
+	if chain := s.layered(ctx, plane); len(chain) > 0 {
+		err = s.createLayered(ctx, plane, chain, key, obj, out, ttl)
+	} else {
+		err = s.Interface.Create(ctx, scoped, obj, out, ttl)
+	}
+	release(storedAt(err, out))
+	return err
 }
 
 // Delete implements storage.Interface.
@@ -187,6 +196,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err := s.registry.writable(s.resource, plane); err != nil {
 		return err
 	}
+	tryUpdate = s.guardUpdate(ctx, plane, key, tryUpdate)
 	if chain := s.layered(ctx, plane); len(chain) > 0 {
 		return s.updateLayered(ctx, plane, chain, key, destination, ignoreNotFound, preconditions, tryUpdate)
 	}

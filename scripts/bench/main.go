@@ -51,7 +51,7 @@ func main() {
 	workers := flag.Int("workers", 8, "concurrent clients creating planes")
 	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
 	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, "+strings.Join(sideBySideScenarios, ", "))
+	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, "+strings.Join(sideBySideScenarios, ", "))
 	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -83,6 +83,11 @@ func main() {
 	profilesStored := flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
 	auditOps := flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	auditRounds := flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
+	noisyWriters := flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
+	noisyListers := flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
+	noisyOps := flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
+	var noisySeats intList
+	flag.Var(&noisySeats, "noisy-seats", "further --plane-fairness-seats the noisy-neighbor scenario measures (comma-separated)")
 	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
 	var side sideBySideOptions
 	side.register(flag.CommandLine)
@@ -106,6 +111,7 @@ func main() {
 		*webhookCreates, *webhookPlanes = min(*webhookCreates, 50), min(*webhookPlanes, 50)
 		*profilesStored = "20,50"
 		*auditOps, *auditRounds = min(*auditOps, 100), min(*auditRounds, 1)
+		*noisyWriters, *noisyListers, *noisyOps = min(*noisyWriters, 8), min(*noisyListers, 8), min(*noisyOps, 30)
 	}
 	if side.ReportOnly {
 		if err := rewriteReport(*out); err != nil {
@@ -164,6 +170,8 @@ func main() {
 			}
 		case "audit":
 			res, err = auditScenario(bin, auditParams{Ops: *auditOps, Workers: *workers, Rounds: *auditRounds, FullPlanes: 5, BufferEvents: 1000})
+		case "noisy-neighbor":
+			res, err = noisyNeighborScenario(bin, noisyParams{Writers: *noisyWriters, Listers: *noisyListers, Ops: *noisyOps, Objects: 100, Seats: noisySeats})
 		case "streams":
 			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
 		default:

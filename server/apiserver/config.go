@@ -41,6 +41,7 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/crds"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/policies"
 	"kplane.dev/kplane/planes/quota"
 	"kplane.dev/kplane/planes/simulation"
@@ -97,6 +98,13 @@ type Config struct {
 	AdminUser string
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int
+	// MaxPlanesPerUser caps the planes one identity makes by first
+	// requests (0: no limit).
+	MaxPlanesPerUser int
+	// PlaneLimits limit every plane whose Plane sets none.
+	PlaneLimits limits.Effective
+	// FairnessSeats are the seats of the planes' fair queue (0: off).
+	FairnessSeats int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
 	// PlaneBase: new planes made from nothing stand on the base plane of

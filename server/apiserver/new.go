@@ -27,7 +27,9 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/planes/controllers"
 	"kplane.dev/kplane/planes/crds"
+	"kplane.dev/kplane/planes/fairness"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -80,7 +82,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	forget = append(forget, customResources, genericControllers, c.metrics,
 		c.webhooks.validating, c.webhooks.mutating, c.policies)
-	manager, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(c.withAudit(forget), sim))
+	manager, enforcer, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(c.withAudit(forget), sim))
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +95,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	// The server serves FullHandlerChain: until now the bare director
 	// (Complete's BuildHandlerChainFunc), with its filters from here on.
 	// Nothing is served before Run.
-	generic.Handler.FullHandlerChain = c.handlerChain(generic.Handler.Director, manager, customResources, snapshots)
+	if generic.Handler.FullHandlerChain, err = c.handlerChain(generic.Handler.Director, manager, enforcer, customResources, snapshots); err != nil {
+		return nil, err
+	}
 
 	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
 		return nil, err
@@ -181,26 +185,31 @@ func (c CompletedConfig) newBootstrapper(core *CoreRegistries) (*bootstrap.Boots
 // what consults it: the Planes admission plugin (configured before any
 // API) and the layered storage of template members.
 func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *bootstrap.Bootstrapper, customResources *crds.Server,
-	forget []lifecycle.Forgetter) (*lifecycle.Manager, error) {
+	forget []lifecycle.Forgetter) (*lifecycle.Manager, *limits.Enforcer, error) {
+	counts := planestorage.NewCounts()
+	enforcer := limits.New(limits.Config{Defaults: c.config.PlaneLimits, Counts: counts, Stores: c.storage.Stores})
 	manager, err := lifecycle.New(lifecycle.Config{
-		Loopback:        loopbackConfig,
-		Bootstrapper:    boot,
-		Authorizer:      c.controlPlane.Generic.Authorization.Authorizer,
-		Storage:         c.storage,
-		Counts:          planestorage.NewCounts(),
-		CustomResources: customResources,
-		Forget:          forget,
-		CopyBootstrap:   !c.config.PlaneBase,
+		Loopback:         loopbackConfig,
+		Bootstrapper:     boot,
+		Authorizer:       c.controlPlane.Generic.Authorization.Authorizer,
+		Storage:          c.storage,
+		Counts:           counts,
+		CustomResources:  customResources,
+		Forget:           append(forget, enforcer),
+		CopyBootstrap:    !c.config.PlaneBase,
+		MaxPlanesPerUser: c.config.MaxPlanesPerUser,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	enforcer.Bind(manager)
 	c.planesAdmission.SetPlaneCounter(manager)
 	if c.audit != nil {
 		c.audit.planes.manager.Store(manager)
 	}
 	c.storage.SetLayers(manager)
-	return manager, nil
+	c.storage.SetWriteGuard(enforcer)
+	return manager, enforcer, nil
 }
 
 // newSnapshots returns the snapshot server of every plane.
@@ -222,8 +231,8 @@ func (c CompletedConfig) newSnapshots(server *genericapiserver.GenericAPIServer,
 // handlerChain is the server's full handler chain: plane routing, the
 // upstream filters (authentication, authorization, ...), then the plane
 // filters in front of the server's own handlers (director).
-func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, customResources *crds.Server,
-	snapshots *snapshot.Server) http.Handler {
+func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.Manager, enforcer *limits.Enforcer, customResources *crds.Server,
+	snapshots *snapshot.Server) (http.Handler, error) {
 	gc := c.controlPlane.Generic.Config
 	handler := snapshots.Filter(director)
 	handler = customResources.Filter(handler)
@@ -232,9 +241,20 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	// Counted after the lifecycle filter: only planes that exist get a
 	// counter.
 	handler = c.metrics.Filter(handler)
+	if c.config.FairnessSeats > 0 {
+		queue, err := fairness.New(fairness.Config{Seats: c.config.FairnessSeats, LongRunning: gc.LongRunningFunc})
+		if err != nil {
+			return nil, err
+		}
+		// Inside the limits: a request over its plane's rate takes no seat.
+		handler = queue.Filter(handler, gc.Serializer)
+	}
+	// After the lifecycle's filter: the plane exists and a watch is
+	// counted in its open watches.
+	handler = enforcer.Filter(handler, gc.Serializer)
 	handler = manager.Filter(handler, gc.Serializer)
 	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
-	return routing.WithRouting(handler, gc.Serializer)
+	return routing.WithRouting(handler, gc.Serializer), nil
 }
 
 // installServerEndpoints adds what the root plane serves besides the APIs:

@@ -217,6 +217,36 @@ class TemplatesTest(ServerTestCase):
         self.assertIsNotNone(eventually(cured), self.client.request("GET", pods + "/web").get("status"))
 
 
+class LimitsTest(ServerTestCase):
+    def test_limits_usage_and_refusal(self) -> None:
+        plane = self.client.create_plane(unique("limits"), limits=kplane.PlaneLimits(max_objects=2))
+        plane.wait_until_ready(timeout=30)
+        self.assertEqual(self.client.get_plane(plane.name).limits, kplane.PlaneLimits(max_objects=2))
+        create_configmap(plane, "one")
+        create_configmap(plane, "two")
+        with self.assertRaises(kplane.ForbiddenError) as refused:
+            create_configmap(plane, "three")
+        self.assertIn("exceeded quota", str(refused.exception))
+        self.assertIn("maxObjects=2", str(refused.exception))
+        usage = eventually(lambda: (u := plane.usage()).objects == 2 and u)
+        self.assertTrue(usage, plane.usage())
+        self.assertGreater(usage.bytes, 0)
+
+        plane.set_limits(kplane.PlaneLimits(max_objects=3))
+        self.assertIsNotNone(eventually(lambda: _created(plane, "three")))
+        plane.set_limits(None)
+        self.assertIsNone(self.client.get_plane(plane.name).limits)
+        with self.assertRaises(kplane.InvalidError):
+            plane.set_limits(kplane.PlaneLimits(max_objects=-1))
+
+
+def _created(plane: kplane.Plane, name: str) -> dict | None:
+    try:
+        return create_configmap(plane, name)
+    except kplane.ForbiddenError:
+        return None
+
+
 class PlanesTest(ServerTestCase):
     def test_create_list_delete(self) -> None:
         name = unique("crud")

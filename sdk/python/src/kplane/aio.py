@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 from ._http import QueryValue
 from .client import AuditWatch, Client, Fleet, Plane, StateWatch
 from .errors import NotFoundError
-from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
+from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, PlaneLimits, PlaneUsage, Snapshot, StateEvent
 
 __all__ = ["AsyncClient", "AsyncPlane", "AsyncFleet", "AsyncStateWatch", "AsyncAuditWatch"]
 
@@ -114,9 +114,10 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         template: str | None = None,
         from_plane: str | None = None,
+        limits: PlaneLimits | None = None,
     ) -> "AsyncPlane":
         """See :meth:`kplane.Client.create_plane`."""
-        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels, template, from_plane))
+        return AsyncPlane(self, await self._run(self.sync.create_plane, id, labels, template, from_plane, limits))
 
     async def get_plane(self, id: str) -> PlaneInfo:
         return await self._run(self.sync.get_plane, id)
@@ -237,6 +238,14 @@ class AsyncPlane:
     async def set_faults(self, faults: Iterable[Mapping[str, Any]]) -> None:
         """See :meth:`kplane.Plane.set_faults`."""
         await self.client._run(self.sync.set_faults, [dict(f) for f in faults])
+
+    async def set_limits(self, limits: PlaneLimits | None) -> None:
+        """See :meth:`kplane.Plane.set_limits`."""
+        await self.client._run(self.sync.set_limits, limits)
+
+    async def usage(self) -> PlaneUsage:
+        """See :meth:`kplane.Plane.usage`."""
+        return await self.client._run(self.sync.usage)
 
     async def set_nodes(self, nodes: Mapping[str, Any]) -> None:
         """See :meth:`kplane.Plane.set_nodes`."""

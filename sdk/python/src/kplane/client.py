@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from . import kubeconfig as _kubeconfig
 from ._http import QueryValue, Stream, Transport, as_list
 from .errors import ApiError, NotFoundError, Status, TransportError, WaitTimeoutError
-from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, Snapshot, StateEvent
+from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, PlaneLimits, PlaneUsage, Snapshot, StateEvent
 
 __all__ = ["Client", "Plane", "Fleet", "StateWatch", "AuditWatch", "ROOT"]
 
@@ -170,6 +170,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         template: str | None = None,
         from_plane: str | None = None,
+        limits: PlaneLimits | None = None,
     ) -> "Plane":
         """Create the Plane ``id`` and return its handle; the server
         provisions it in the background (see :meth:`Plane.wait_until_ready`).
@@ -177,7 +178,9 @@ class Client:
         only what it changes (the template is read-only while used; see
         :meth:`Plane.reset`). With ``from_plane``, the plane starts as a
         clone of that plane's state at this moment, over the same template;
-        the two change apart afterwards. An existing Plane raises
+        the two change apart afterwards. ``limits`` holds the plane to what
+        it may store and request (see :class:`kplane.PlaneLimits`; invalid
+        ones raise :class:`kplane.InvalidError`). An existing Plane raises
         :class:`kplane.ConflictError`; an unusable template or source (or
         both given) :class:`kplane.InvalidError`."""
         _check_plane_id(id)
@@ -191,6 +194,8 @@ class Client:
         if from_plane:
             _check_plane_id(from_plane)
             spec["from"] = from_plane
+        if limits is not None:
+            spec["limits"] = {k: v for k, v in limits.to_dict().items() if v is not None}
         self.request("POST", _PLANES, body={"apiVersion": _GROUP_VERSION, "kind": "Plane", "metadata": meta, "spec": spec})
         return Plane(self, id)
 
@@ -366,6 +371,21 @@ class Plane:
         ``{"nvidia.com/gpu": 8}``, ``labels``, ``taints``), read when the
         nodes are made: set it before the plane's first Pod."""
         self._patch_simulation({"nodes": dict(nodes)})
+
+    def set_limits(self, limits: PlaneLimits | None) -> None:
+        """Replace this plane's limits (``None``: the server's defaults);
+        they hold from the plane's next request. Needs the admin (root)
+        credential; invalid limits raise :class:`kplane.InvalidError`."""
+        self.client.request(
+            "PATCH",
+            f"{_PLANES}/{urllib.parse.quote(self.name, safe='')}",
+            body={"spec": {"limits": limits.to_dict() if limits is not None else None}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    def usage(self) -> PlaneUsage:
+        """What the plane uses, as its Plane's status last reported it."""
+        return self.client.get_plane(self.name).usage
 
     def _patch_simulation(self, simulation: dict[str, Any]) -> None:
         self.client.request(

@@ -238,6 +238,58 @@ class StateEvent:
         return str(((self.object or {}).get("metadata") or {}).get("namespace", ""))
 
 
+_LIMIT_FIELDS = (
+    ("max_objects", "maxObjects"),
+    ("max_bytes", "maxBytes"),
+    ("requests_per_second", "requestsPerSecond"),
+    ("request_burst", "requestBurst"),
+    ("max_watches", "maxWatches"),
+)
+
+
+@dataclass
+class PlaneLimits:
+    """What a plane may use (``Plane.spec.limits``). ``None`` takes the
+    server's default, 0 means no limit. Past ``max_objects``, ``max_bytes``
+    or ``max_watches`` a request raises :class:`kplane.ForbiddenError`
+    ("exceeded quota"), past ``requests_per_second``
+    :class:`kplane.TooManyRequestsError` (the answer carries Retry-After)."""
+
+    max_objects: int | None = None
+    max_bytes: int | None = None
+    requests_per_second: int | None = None
+    request_burst: int | None = None
+    max_watches: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "PlaneLimits | None":
+        if data is None:
+            return None
+        return cls(**{py: data.get(api) for py, api in _LIMIT_FIELDS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API form; fields left ``None`` are null (a merge patch removes them)."""
+        return {api: getattr(self, py) for py, api in _LIMIT_FIELDS}
+
+
+@dataclass
+class PlaneUsage:
+    """What a plane uses (``Plane.status.usage``, refreshed every few seconds)."""
+
+    objects: int = 0
+    bytes: int = 0
+    watches: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "PlaneUsage":
+        data = data or {}
+        return cls(
+            objects=int(data.get("objects", 0) or 0),
+            bytes=int(data.get("bytes", 0) or 0),
+            watches=int(data.get("watches", 0) or 0),
+        )
+
+
 @dataclass
 class PlaneInfo:
     """A Plane object (``kplane.dev/v1``): one plane and its status."""
@@ -250,6 +302,8 @@ class PlaneInfo:
     labels: dict[str, str]
     deleting: bool
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    limits: PlaneLimits | None = None
+    usage: PlaneUsage = field(default_factory=PlaneUsage)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PlaneInfo":
@@ -264,6 +318,8 @@ class PlaneInfo:
             labels=dict(md.get("labels") or {}),
             deleting=bool(md.get("deletionTimestamp")),
             raw=data,
+            limits=PlaneLimits.from_dict((data.get("spec") or {}).get("limits")),
+            usage=PlaneUsage.from_dict(st.get("usage")),
         )
 
     @property

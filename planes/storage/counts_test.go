@@ -1,0 +1,112 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"kplane.dev/kplane/planes"
+)
+
+func counted(plane, uid string, rv int, data string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"data": map[string]any{"d": data}}}
+	u.SetName(uid)
+	u.SetUID(k8stypes.UID("uid-" + uid))
+	u.SetResourceVersion(fmt.Sprint(rv))
+	u.SetAnnotations(map[string]string{planes.Annotation: plane})
+	return u
+}
+
+// TestCountsFollowEvents: creates, updates that grow or shrink, and
+// deletes keep each plane's objects and bytes, and one plane's events
+// never move another's.
+func TestCountsFollowEvents(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	small, big := strings.Repeat("x", 10), strings.Repeat("x", 1000)
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 2, small)})
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "two", 3, small)})
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("b", "three", 4, small)})
+	a := c.Usage("a")
+	if a.Objects != 2 || a.Bytes != 2*s.EncodedSize(counted("a", "one", 2, small)) {
+		t.Fatalf("after two creates: %+v", a)
+	}
+	c.count(s, watch.Event{Type: watch.Modified, Object: counted("a", "one", 5, big)})
+	grown := c.Usage("a")
+	if want := s.EncodedSize(counted("a", "one", 5, big)) + s.EncodedSize(counted("a", "two", 3, small)); grown.Objects != 2 || grown.Bytes != want {
+		t.Fatalf("after an update that grows: %+v, want 2 objects, %d bytes", grown, want)
+	}
+	c.count(s, watch.Event{Type: watch.Deleted, Object: counted("a", "one", 6, big)})
+	c.count(s, watch.Event{Type: watch.Deleted, Object: counted("a", "two", 7, small)})
+	if u := c.Usage("a"); u != (Usage{}) {
+		t.Fatalf("after deleting everything: %+v", u)
+	}
+	if b := c.Usage("b"); b.Objects != 1 || b.Bytes != s.EncodedSize(counted("b", "three", 4, small)) {
+		t.Fatalf("plane b moved by a's events: %+v", b)
+	}
+	if len(c.sizes[s]) != 1 {
+		t.Fatalf("sizes of deleted objects kept: %v", c.sizes[s])
+	}
+	if p := c.seen[s]; p == nil || p.rv != 7 {
+		t.Fatalf("counted revision %+v, want 7", p)
+	}
+}
+
+// TestCountsDeletedNamespaceOfMany: a namespace's objects deleted one event
+// each (the namespace controller) leave the plane at zero.
+func TestCountsDeletedNamespaceOfMany(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	const n = 500
+	for i := range n {
+		c.count(s, watch.Event{Type: watch.Added, Object: counted("a", fmt.Sprint(i), i+1, "v")})
+	}
+	if u := c.Usage("a"); u.Objects != n {
+		t.Fatalf("%d objects counted, want %d", u.Objects, n)
+	}
+	for i := range n {
+		c.count(s, watch.Event{Type: watch.Deleted, Object: counted("a", fmt.Sprint(i), n+i+1, "v")})
+	}
+	if u := c.Usage("a"); u != (Usage{}) {
+		t.Fatalf("after the namespace's deletion: %+v", u)
+	}
+}
+
+// TestWhenCountedWaitsForTheEvent: a writer's callback runs once the
+// counters hold its revision, not before, and at once when they do.
+func TestWhenCountedWaitsForTheEvent(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 3, "v")})
+	calls := make(chan int, 3)
+	expect := func(want int, what string) {
+		t.Helper()
+		select {
+		case got := <-calls:
+			if got != want {
+				t.Fatalf("%s: waiter %d called, want %d", what, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not called", what)
+		}
+	}
+	c.WhenCounted(s, 3, func() { calls <- 1 })
+	expect(1, "a counted revision")
+	c.WhenCounted(s, 5, func() { calls <- 2 })
+	select {
+	case <-calls:
+		t.Fatal("called before its revision was counted")
+	default:
+	}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "two", 5, "v")})
+	expect(2, "its revision counted")
+	c.WhenCounted(s, 9, func() { calls <- 3 })
+	c.drop(s)
+	expect(3, "a storage no longer followed")
+}
