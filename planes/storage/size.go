@@ -21,6 +21,13 @@ func codecOf(config *storagebackend.ConfigForResource) runtime.Codec {
 // stores it. Custom resources are JSON: their size is measured without the
 // codec, which would set the version on the cache's shared object.
 func (s *Store) EncodedSize(obj runtime.Object) int64 {
+	// A watch event's object is the cacher's serialization wrapper: its
+	// copy of the object, never the wrapper itself, whose lock a shallow
+	// copy would take along (copied while another watcher encoded the
+	// event, it stayed locked, and the counting watch stood still).
+	if c, ok := obj.(runtime.CacheableObject); ok {
+		obj = c.GetObject()
+	}
 	if u, ok := obj.(runtime.Unstructured); ok {
 		var n countingWriter
 		if err := json.NewEncoder(&n).Encode(u.UnstructuredContent()); err != nil {
