@@ -129,8 +129,9 @@ func webhooksScenario(binary string, p webhooksParams) (Result, error) {
 			"slow_for": p.SlowFor.String(), "other_calls": p.OtherCalls},
 		Figures: figures,
 		Notes: []string{
-			fmt.Sprintf("ConfigMap create p50 %.2f ms without webhooks, %.2f ms with one validating webhook (p99 %.2f / %.2f ms)",
-				figures["no_webhook_p50_ms"], figures["one_webhook_p50_ms"], figures["no_webhook_p99_ms"], figures["one_webhook_p99_ms"]),
+			fmt.Sprintf("ConfigMap create p50 %.2f ms without webhooks or policies, %.2f ms with one validating webhook, %.2f ms with one ValidatingAdmissionPolicy (p99 %.2f / %.2f / %.2f ms), planes interleaved",
+				figures["no_webhook_p50_ms"], figures["one_webhook_p50_ms"], figures["one_vap_p50_ms"],
+				figures["no_webhook_p99_ms"], figures["one_webhook_p99_ms"], figures["one_vap_p99_ms"]),
 			fmt.Sprintf("while %d creates of one plane wait %s in its webhook, another plane's create p99 is %.2f ms, %.2fx its %.2f ms before (the bound is 2x)",
 				p.SlowCalls, p.SlowFor, figures["other_during_slow_p99_ms"], figures["other_p99_ratio"], figures["other_before_p99_ms"]),
 			fmt.Sprintf("RSS per plane with one webhook configuration (called once) %.1f KiB, with one webhook and one VAP %.1f KiB, without %.1f KiB",
@@ -152,10 +153,18 @@ func webhookLatency(s *server, hook *benchHook, p webhooksParams, figures map[st
 	if err := hook.register(ctx, one, "/allow", 10); err != nil {
 		return err
 	}
+	vap, err := s.client("wh-vap")
+	if err != nil {
+		return err
+	}
+	if err := addBenchVAP(ctx, vap); err != nil {
+		return err
+	}
 	lat := map[string][]time.Duration{}
-	// i = -1 provisions both planes and builds the webhook's plugin.
+	// i = -1 provisions the planes and builds the webhook's plugin and the
+	// policy's compilation.
 	for i := -1; i < p.Creates; i++ {
-		for name, c := range map[string]*kubernetes.Clientset{"no_webhook": none, "one_webhook": one} {
+		for name, c := range map[string]*kubernetes.Clientset{"no_webhook": none, "one_webhook": one, "one_vap": vap} {
 			began := time.Now()
 			if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, benchConfigMap(fmt.Sprintf("cm-%d", i+1), i), metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -171,6 +180,7 @@ func webhookLatency(s *server, hook *benchHook, p webhooksParams, figures map[st
 		figures[name+"_p99_ms"] = ms(percentile(l, 0.99))
 	}
 	figures["one_webhook_p50_ratio"] = figures["one_webhook_p50_ms"] / figures["no_webhook_p50_ms"]
+	figures["one_vap_p50_ratio"] = figures["one_vap_p50_ms"] / figures["no_webhook_p50_ms"]
 	return nil
 }
 
