@@ -210,7 +210,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 	// A delta stream of a snapshot and a followed audit trail are watches
 	// for every filter of the chain.
-	genericConfig.RequestInfoResolver = audit.RequestInfoResolver{Delegate: snapshot.RequestInfoResolver{
+	genericConfig.RequestInfoResolver = auth.WatchablePath{Path: audit.Path, Delegate: auth.WatchablePath{Path: snapshot.Path,
 		Delegate: genericapiserver.NewRequestInfoResolver(genericConfig)}}
 	// The kplane filters of the chain are made of components that need the
 	// server itself (its handlers, discovery, OpenAPI): New builds the chain
