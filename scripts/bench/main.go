@@ -45,76 +45,191 @@ type Machine struct {
 	Arch     string `json:"arch"`
 }
 
-func main() {
-	binary := flag.String("binary", "bin/kplane", "kplane binary to measure")
-	planes := flag.Int("planes", 1000, "planes to create in the density scenario")
-	workers := flag.Int("workers", 8, "concurrent clients creating planes")
-	configmaps := flag.Int("configmaps", 3, "configmaps written into each plane")
-	datastore := flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	scenarios := flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, "+strings.Join(sideBySideScenarios, ", "))
-	cycles := flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
-	fleetReplicas := flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
-	bootstrap := flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
-	snapshotObjects := flag.Int("snapshot-objects", 1000, "objects (10 kinds) in the plane of the snapshot scenario")
-	busyPlanes := flag.Int("busy-planes", 100, "other planes written to during the snapshot scenario")
-	busyRate := flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
-	snapshotCalls := flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
-	streams := flag.Int("streams", 200, "snapshot delta streams opened on one plane in the streams scenario")
-	streamUsers := flag.Int("stream-users", 4, "identities the streams are spread over (each at its per-identity limit)")
-	streamObjects := flag.Int("stream-objects", 100, "objects (10 kinds) in the plane of the streams scenario")
-	out := flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
-	churnSettle := flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
-	crdCycles := flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	oldBinary := flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, container: the bare binary, profiles: its empty server)")
-	gotestExample := flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
-	gotestPlanes := flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
-	gotestParallel := flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
-	containerPlanes := flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
-	plainPlaneCount := flag.Int("plain-planes", 1000, "planes made from nothing in the plain-planes scenario (each mode)")
-	plainBaseOnly := flag.Bool("plain-base-only", false, "measure only the base plane's server in the plain-planes scenario")
-	scenarioObjects := flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
-	scenarioMembers := flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
-	quotaCreates := flag.Int("quota-creates", 500, "ConfigMaps created in each plane of the quota scenario")
-	quotaDeletes := flag.Int("quota-deletes", 50, "deletes whose status.used update the quota scenario times")
-	policyCreates := flag.Int("policy-creates", 500, "ConfigMaps created in each plane of the policies scenario")
-	policyPlanes := flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
-	webhookCreates := flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
-	webhookPlanes := flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
-	profilesStored := flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
-	auditOps := flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
-	auditRounds := flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
-	noisyWriters := flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
-	noisyListers := flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
-	noisyOps := flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
-	var noisySeats intList
-	flag.Var(&noisySeats, "noisy-seats", "further --plane-fairness-seats the noisy-neighbor scenario measures (comma-separated)")
-	profileDir := flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
-	var side sideBySideOptions
-	side.register(flag.CommandLine)
-	flag.Parse()
+// benchFlags are the command line's settings of every scenario.
+type benchFlags struct {
+	binary          *string
+	planes          *int
+	workers         *int
+	configmaps      *int
+	datastore       *string
+	scenarios       *string
+	cycles          *int
+	fleetReplicas   *int
+	bootstrap       *string
+	snapshotObjects *int
+	busyPlanes      *int
+	busyRate        *int
+	snapshotCalls   *int
+	streams         *int
+	streamUsers     *int
+	streamObjects   *int
+	out             *string
+	churnSettle     *time.Duration
+	crdCycles       *int
+	oldBinary       *string
+	gotestExample   *string
+	gotestPlanes    *int
+	gotestParallel  *int
+	containerPlanes *int
+	plainPlaneCount *int
+	plainBaseOnly   *bool
+	scenarioObjects *int
+	scenarioMembers *int
+	quotaCreates    *int
+	quotaDeletes    *int
+	policyCreates   *int
+	policyPlanes    *int
+	webhookCreates  *int
+	webhookPlanes   *int
+	profilesStored  *string
+	auditOps        *int
+	auditRounds     *int
+	noisyWriters    *int
+	noisyListers    *int
+	noisyOps        *int
+	profileDir      *string
+	noisySeats      intList
+	side            sideBySideOptions
+}
 
-	bin, err := filepath.Abs(*binary)
+// parseFlags reads the command line.
+func parseFlags() *benchFlags {
+	f := &benchFlags{}
+	f.binary = flag.String("binary", "bin/kplane", "kplane binary to measure")
+	f.planes = flag.Int("planes", 1000, "planes to create in the density scenario")
+	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
+	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
+	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, "+strings.Join(sideBySideScenarios, ", "))
+	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
+	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
+	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
+	f.snapshotObjects = flag.Int("snapshot-objects", 1000, "objects (10 kinds) in the plane of the snapshot scenario")
+	f.busyPlanes = flag.Int("busy-planes", 100, "other planes written to during the snapshot scenario")
+	f.busyRate = flag.Int("busy-rate", 100, "writes per second to the busy planes (all together) during the snapshot scenario")
+	f.snapshotCalls = flag.Int("snapshot-calls", 1000, "snapshots measured in the snapshot scenario")
+	f.streams = flag.Int("streams", 200, "snapshot delta streams opened on one plane in the streams scenario")
+	f.streamUsers = flag.Int("stream-users", 4, "identities the streams are spread over (each at its per-identity limit)")
+	f.streamObjects = flag.Int("stream-objects", 100, "objects (10 kinds) in the plane of the streams scenario")
+	f.out = flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
+	f.churnSettle = flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
+	f.crdCycles = flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
+	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, container: the bare binary, profiles: its empty server)")
+	f.gotestExample = flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
+	f.gotestPlanes = flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
+	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
+	f.containerPlanes = flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
+	f.plainPlaneCount = flag.Int("plain-planes", 1000, "planes made from nothing in the plain-planes scenario (each mode)")
+	f.plainBaseOnly = flag.Bool("plain-base-only", false, "measure only the base plane's server in the plain-planes scenario")
+	f.scenarioObjects = flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
+	f.scenarioMembers = flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
+	f.quotaCreates = flag.Int("quota-creates", 500, "ConfigMaps created in each plane of the quota scenario")
+	f.quotaDeletes = flag.Int("quota-deletes", 50, "deletes whose status.used update the quota scenario times")
+	f.policyCreates = flag.Int("policy-creates", 500, "ConfigMaps created in each plane of the policies scenario")
+	f.policyPlanes = flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
+	f.webhookCreates = flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
+	f.webhookPlanes = flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
+	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
+	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
+	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
+	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
+	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
+	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
+	flag.Var(&f.noisySeats, "noisy-seats", "further --plane-fairness-seats the noisy-neighbor scenario measures (comma-separated)")
+	f.profileDir = flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
+	f.side.register(flag.CommandLine)
+	flag.Parse()
+	return f
+}
+
+// quick shrinks every scenario to a smoke run (--quick).
+func (f *benchFlags) quick() {
+	f.side.applyQuick()
+	*f.planes, *f.cycles, *f.fleetReplicas, *f.crdCycles = min(*f.planes, 20), min(*f.cycles, 1), min(*f.fleetReplicas, 10), min(*f.crdCycles, 20)
+	*f.churnSettle = min(*f.churnSettle, time.Second)
+	*f.snapshotObjects, *f.busyPlanes, *f.busyRate, *f.snapshotCalls = min(*f.snapshotObjects, 50), min(*f.busyPlanes, 3), min(*f.busyRate, 20), min(*f.snapshotCalls, 20)
+	*f.streams, *f.streamObjects = min(*f.streams, 20), min(*f.streamObjects, 20)
+	*f.quotaCreates, *f.quotaDeletes = min(*f.quotaCreates, 50), min(*f.quotaDeletes, 10)
+	*f.policyCreates, *f.policyPlanes = min(*f.policyCreates, 50), min(*f.policyPlanes, 20)
+	*f.webhookCreates, *f.webhookPlanes = min(*f.webhookCreates, 50), min(*f.webhookPlanes, 50)
+	*f.profilesStored = "20,50"
+	*f.auditOps, *f.auditRounds = min(*f.auditOps, 100), min(*f.auditRounds, 1)
+	*f.noisyWriters, *f.noisyListers, *f.noisyOps = min(*f.noisyWriters, 8), min(*f.noisyListers, 8), min(*f.noisyOps, 30)
+}
+
+// runScenario runs one scenario with f's settings.
+func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
+	var res Result
+	var err error
+	switch scenario {
+	case "density":
+		res, err = density(bin, densityParams{Planes: *f.planes, Workers: *f.workers, ConfigMaps: *f.configmaps, Datastore: *f.datastore, Bootstrap: *f.bootstrap})
+	case "lifecycle":
+		res, err = lifecycle(bin, lifecycleParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, Cycles: *f.cycles, ProfileDir: *f.profileDir})
+	case "controllers":
+		res, err = controllersScenario(bin, densityParams{Planes: *f.planes, Workers: *f.workers, ConfigMaps: *f.configmaps, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir})
+	case "fleet":
+		res, err = fleetScenario(bin, fleetParams{Replicas: *f.fleetReplicas, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir})
+	case "crds":
+		res, err = crdDensity(bin, crdParams{Planes: *f.planes, Workers: *f.workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *f.profileDir})
+	case "crd-churn":
+		res, err = crdChurn(bin, crdChurnParams{Cycles: *f.crdCycles, Old: *f.oldBinary, ProfileDir: *f.profileDir, Settle: *f.churnSettle})
+	case "snapshot":
+		res, err = snapshotScenario(bin, snapshotParams{Objects: *f.snapshotObjects, BusyPlanes: *f.busyPlanes, BusyRate: *f.busyRate, Calls: *f.snapshotCalls})
+	case "gotest":
+		res, err = gotestScenario(bin, gotestParams{Example: *f.gotestExample, Planes: *f.gotestPlanes, Parallel: *f.gotestParallel,
+			Baseline: baselineParams{KubeAPIServer: f.side.KubeAPIServer, Etcd: f.side.Etcd, CacheDir: f.side.CacheDir, Build: true}})
+	case "container":
+		res, err = containerScenario(bin, containerParams{Planes: *f.containerPlanes, OldBinary: *f.oldBinary})
+	case "scenarios":
+		res, err = scenariosScenario(bin, scenariosParams{Objects: *f.scenarioObjects, Members: *f.scenarioMembers,
+			CopyMembers: 10, Changes: 20, Resets: 50})
+	case "workloads":
+		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir})
+	case "plain-planes":
+		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly})
+	case "quota":
+		res, err = quotaScenario(bin, quotaParams{Creates: *f.quotaCreates, Deletes: *f.quotaDeletes})
+	case "policies":
+		res, err = policiesScenario(bin, policiesParams{Creates: *f.policyCreates, Held: *f.policyPlanes, Workers: *f.workers})
+	case "webhooks":
+		res, err = webhooksScenario(bin, webhooksParams{Creates: *f.webhookCreates, Planes: *f.webhookPlanes, Workers: 8,
+			SlowCalls: 50, SlowFor: 10 * time.Second, OtherCalls: 200})
+	case "profiles":
+		var stored []int
+		if stored, err = parseCounts(*f.profilesStored); err == nil {
+			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary})
+		}
+	case "audit":
+		res, err = auditScenario(bin, auditParams{Ops: *f.auditOps, Workers: *f.workers, Rounds: *f.auditRounds, FullPlanes: 5, BufferEvents: 1000})
+	case "noisy-neighbor":
+		res, err = noisyNeighborScenario(bin, noisyParams{Writers: *f.noisyWriters, Listers: *f.noisyListers, Ops: *f.noisyOps, Objects: 100, Seats: f.noisySeats})
+	case "streams":
+		res, err = streamsScenario(bin, streamsParams{Streams: *f.streams, Users: *f.streamUsers, Objects: *f.streamObjects, ProfileDir: *f.profileDir})
+	default:
+		return f.side.run(scenario, bin, *f.workers, *f.configmaps, *f.bootstrap)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []Result{res}, nil
+}
+
+func main() {
+	f := parseFlags()
+
+	bin, err := filepath.Abs(*f.binary)
 	if err != nil {
 		fail(err)
 	}
 	stop := cleanupOnSignal()
 	defer stop()
 	exit := func(err error) { stop(); fail(err) }
-	if side.Quick {
-		side.applyQuick()
-		*planes, *cycles, *fleetReplicas, *crdCycles = min(*planes, 20), min(*cycles, 1), min(*fleetReplicas, 10), min(*crdCycles, 20)
-		*churnSettle = min(*churnSettle, time.Second)
-		*snapshotObjects, *busyPlanes, *busyRate, *snapshotCalls = min(*snapshotObjects, 50), min(*busyPlanes, 3), min(*busyRate, 20), min(*snapshotCalls, 20)
-		*streams, *streamObjects = min(*streams, 20), min(*streamObjects, 20)
-		*quotaCreates, *quotaDeletes = min(*quotaCreates, 50), min(*quotaDeletes, 10)
-		*policyCreates, *policyPlanes = min(*policyCreates, 50), min(*policyPlanes, 20)
-		*webhookCreates, *webhookPlanes = min(*webhookCreates, 50), min(*webhookPlanes, 50)
-		*profilesStored = "20,50"
-		*auditOps, *auditRounds = min(*auditOps, 100), min(*auditRounds, 1)
-		*noisyWriters, *noisyListers, *noisyOps = min(*noisyWriters, 8), min(*noisyListers, 8), min(*noisyOps, 30)
+	if f.side.Quick {
+		f.quick()
 	}
-	if side.ReportOnly {
-		if err := rewriteReport(*out); err != nil {
+	if f.side.ReportOnly {
+		if err := rewriteReport(*f.out); err != nil {
 			exit(err)
 		}
 		return
@@ -122,77 +237,24 @@ func main() {
 	report := Report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: Machine{CPUs: runtime.NumCPU(), MemoryGB: memoryGiB(), OS: runtime.GOOS, Arch: runtime.GOARCH},
-		Binary:  *binary,
+		Binary:  *f.binary,
 		Command: reproduceCommand(os.Args[1:]),
 	}
-	for _, scenario := range strings.Split(*scenarios, ",") {
-		var res Result
-		var results []Result
-		var err error
-		switch scenario {
-		case "density":
-			res, err = density(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Datastore: *datastore, Bootstrap: *bootstrap})
-		case "lifecycle":
-			res, err = lifecycle(bin, lifecycleParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, Cycles: *cycles, ProfileDir: *profileDir})
-		case "controllers":
-			res, err = controllersScenario(bin, densityParams{Planes: *planes, Workers: *workers, ConfigMaps: *configmaps, Bootstrap: *bootstrap, ProfileDir: *profileDir})
-		case "fleet":
-			res, err = fleetScenario(bin, fleetParams{Replicas: *fleetReplicas, Bootstrap: *bootstrap, ProfileDir: *profileDir})
-		case "crds":
-			res, err = crdDensity(bin, crdParams{Planes: *planes, Workers: *workers, CRDs: 3, CRsPerCRD: 10, SchemaSize: 50 << 10, ProfileDir: *profileDir})
-		case "crd-churn":
-			res, err = crdChurn(bin, crdChurnParams{Cycles: *crdCycles, Old: *oldBinary, ProfileDir: *profileDir, Settle: *churnSettle})
-		case "snapshot":
-			res, err = snapshotScenario(bin, snapshotParams{Objects: *snapshotObjects, BusyPlanes: *busyPlanes, BusyRate: *busyRate, Calls: *snapshotCalls})
-		case "gotest":
-			res, err = gotestScenario(bin, gotestParams{Example: *gotestExample, Planes: *gotestPlanes, Parallel: *gotestParallel,
-				Baseline: baselineParams{KubeAPIServer: side.KubeAPIServer, Etcd: side.Etcd, CacheDir: side.CacheDir, Build: true}})
-		case "container":
-			res, err = containerScenario(bin, containerParams{Planes: *containerPlanes, OldBinary: *oldBinary})
-		case "scenarios":
-			res, err = scenariosScenario(bin, scenariosParams{Objects: *scenarioObjects, Members: *scenarioMembers,
-				CopyMembers: 10, Changes: 20, Resets: 50})
-		case "workloads":
-			res, err = workloadsScenario(bin, workloadsParams{Planes: *planes, Workers: *workers, Bootstrap: *bootstrap, ProfileDir: *profileDir})
-		case "plain-planes":
-			res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *plainPlaneCount, Workers: *workers, BaseOnly: *plainBaseOnly})
-		case "quota":
-			res, err = quotaScenario(bin, quotaParams{Creates: *quotaCreates, Deletes: *quotaDeletes})
-		case "policies":
-			res, err = policiesScenario(bin, policiesParams{Creates: *policyCreates, Held: *policyPlanes, Workers: *workers})
-		case "webhooks":
-			res, err = webhooksScenario(bin, webhooksParams{Creates: *webhookCreates, Planes: *webhookPlanes, Workers: 8,
-				SlowCalls: 50, SlowFor: 10 * time.Second, OtherCalls: 200})
-		case "profiles":
-			var stored []int
-			if stored, err = parseCounts(*profilesStored); err == nil {
-				res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *workers, Old: *oldBinary})
-			}
-		case "audit":
-			res, err = auditScenario(bin, auditParams{Ops: *auditOps, Workers: *workers, Rounds: *auditRounds, FullPlanes: 5, BufferEvents: 1000})
-		case "noisy-neighbor":
-			res, err = noisyNeighborScenario(bin, noisyParams{Writers: *noisyWriters, Listers: *noisyListers, Ops: *noisyOps, Objects: 100, Seats: noisySeats})
-		case "streams":
-			res, err = streamsScenario(bin, streamsParams{Streams: *streams, Users: *streamUsers, Objects: *streamObjects, ProfileDir: *profileDir})
-		default:
-			results, err = side.run(scenario, bin, *workers, *configmaps, *bootstrap)
-		}
+	for _, scenario := range strings.Split(*f.scenarios, ",") {
+		results, err := runScenario(scenario, bin, f)
 		if err != nil {
 			// Keep what the scenarios before this one measured.
 			if len(report.Results) > 0 {
-				_ = writeReport(*out, report)
+				_ = writeReport(*f.out, report)
 			}
 			exit(fmt.Errorf("%s: %w", scenario, err))
-		}
-		if results == nil {
-			results = []Result{res}
 		}
 		for _, r := range results {
 			report.Results = append(report.Results, r)
 			printResult(r)
 		}
 	}
-	if err := writeReport(*out, report); err != nil {
+	if err := writeReport(*f.out, report); err != nil {
 		exit(err)
 	}
 }
