@@ -41,7 +41,7 @@ func (o *Options) Flags() []cli.Flag {
 		&cli.BoolFlag{Name: "plane-fairness", Value: o.PlaneFairness, Destination: &o.PlaneFairness, EnvVars: []string{"KPLANE_PLANE_FAIRNESS"},
 			Usage: "queue requests fairly by plane (upstream APF fair queuing, the plane as the flow): one busy plane waits in its own queues, not in everyone's"},
 		&cli.IntFlag{Name: "plane-fairness-seats", Destination: &o.PlaneFairnessSeats, EnvVars: []string{"KPLANE_PLANE_FAIRNESS_SEATS"},
-			Usage: "requests of all planes executing at once under --plane-fairness (0: 4 per CPU); watches take none"},
+			Usage: "requests of all planes executing at once under --plane-fairness (0: 32 per CPU); watches take none"},
 		&cli.Int64Flag{Name: "plane-max-objects", Destination: &o.PlaneMaxObjects, EnvVars: []string{"KPLANE_PLANE_MAX_OBJECTS"},
 			Usage: "records a plane may store unless its Plane's spec.limits says otherwise; past it 403 exceeded quota (0: no limit)"},
 		&cli.Int64Flag{Name: "plane-max-bytes", Destination: &o.PlaneMaxBytes, EnvVars: []string{"KPLANE_PLANE_MAX_BYTES"},
