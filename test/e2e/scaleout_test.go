@@ -13,27 +13,36 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// startTwoServers starts two kplane servers on one external etcd: the
-// second with a copy of the first's credentials (README, "Several
-// servers") and, until each plane's controllers run on one server only,
-// without controllers of its own.
-func startTwoServers(t *testing.T) (one, two *framework.Server) {
+// startTwoServers starts two kplane servers on one datastore: the second
+// with a copy of the first's credentials (README, "Several servers") and,
+// until each plane's controllers run on one server only, without
+// controllers of its own.
+func startTwoServers(t *testing.T, endpoint string) (one, two *framework.Server) {
 	t.Helper()
-	endpoint := framework.StartEtcd(t)
 	one = framework.StartServer(t, framework.Options{Args: []string{"--datastore-endpoint", endpoint}})
 	two = framework.StartServer(t, framework.Options{DataDir: framework.JoinDataDir(t, one),
 		Args: []string{"--datastore-endpoint", endpoint, "--disable-controllers", "--simulation=false"}})
 	return one, two
 }
 
-// TestServiceAddressesAcrossServers: a plane's Service addresses are
-// allocated through the datastore, so 200 Services created at once in one
-// plane through two servers get 200 distinct ClusterIPs, and the NodePort
-// ones distinct node ports. A third of them then go away and as many come
-// back: freed addresses are taken again and still never twice.
-func TestServiceAddressesAcrossServers(t *testing.T) {
+func TestServiceAddressesAcrossServersEtcd(t *testing.T) {
 	t.Parallel()
-	one, two := startTwoServers(t)
+	serviceAddressesAcrossServers(t, framework.StartEtcd(t))
+}
+
+func TestServiceAddressesAcrossServersPostgres(t *testing.T) {
+	t.Parallel()
+	serviceAddressesAcrossServers(t, framework.StartPostgres(t))
+}
+
+// serviceAddressesAcrossServers: a plane's Service addresses are allocated
+// through the datastore, so 200 Services created at once in one plane
+// through two servers get 200 distinct ClusterIPs, and the NodePort ones
+// distinct node ports. A third of them then go away through the other
+// server and as many come back: freed addresses are taken again and still
+// never twice.
+func serviceAddressesAcrossServers(t *testing.T, endpoint string) {
+	one, two := startTwoServers(t, endpoint)
 	const plane = "addresses"
 	createPlane(t, one, plane, "")
 	clients := []*kubernetes.Clientset{one.Client(t, plane), two.Client(t, plane)}
