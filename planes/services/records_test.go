@@ -67,17 +67,20 @@ func newServer(t *testing.T, endpoints []string, cidr string) *REST {
 	return r
 }
 
-func planeContext(plane string) context.Context {
-	ctx := genericapirequest.WithNamespace(context.Background(), "default")
+func planeContext(plane string) context.Context { return requestContext(plane, "default") }
+
+// requestContext is what the handler chain gives a Service request.
+func requestContext(plane, namespace string) context.Context {
+	ctx := genericapirequest.WithNamespace(context.Background(), namespace)
 	ctx = genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{IsResourceRequest: true,
-		APIVersion: "v1", Resource: "services", Namespace: "default"})
+		APIVersion: "v1", Resource: "services", Namespace: namespace})
 	return planes.WithPlane(ctx, plane)
 }
 
 // newService is a Service as the API's defaulting leaves it.
-func newService(name string, nodePort bool) *api.Service {
+func newService(name, namespace string, nodePort bool) *api.Service {
 	cluster := api.ServiceInternalTrafficPolicyCluster
-	svc := &api.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+	svc := &api.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: api.ServiceSpec{Type: api.ServiceTypeClusterIP, SessionAffinity: api.ServiceAffinityNone, InternalTrafficPolicy: &cluster,
 			Ports: []api.ServicePort{{Name: "http", Port: 80, Protocol: api.ProtocolTCP, TargetPort: intstr.FromInt32(80)}}}}
 	if nodePort {
@@ -87,9 +90,10 @@ func newService(name string, nodePort bool) *api.Service {
 	return svc
 }
 
-// createAtOnce creates the Services named prefix-0.. concurrently, in
-// turn through each server; every other one is a NodePort Service.
-func createAtOnce(t *testing.T, servers []*REST, plane, prefix string, n int) []*api.Service {
+// createAtOnce creates the Services named prefix-0.. in namespace
+// concurrently, in turn through each server; every other one is a
+// NodePort Service.
+func createAtOnce(t *testing.T, servers []*REST, plane, namespace, prefix string, n int) []*api.Service {
 	t.Helper()
 	out := make([]*api.Service, n)
 	errs := make([]error, n)
@@ -98,7 +102,7 @@ func createAtOnce(t *testing.T, servers []*REST, plane, prefix string, n int) []
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			obj, err := servers[i%len(servers)].Create(planeContext(plane), newService(fmt.Sprintf("%s-%d", prefix, i), i%2 == 1),
+			obj, err := servers[i%len(servers)].Create(requestContext(plane, namespace), newService(fmt.Sprintf("%s-%d", prefix, i), namespace, i%2 == 1),
 				rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 			errs[i] = err
 			if err == nil {
@@ -165,13 +169,13 @@ func TestRecordsKeepAddressesDistinctAcrossServers(t *testing.T) {
 	endpoints := startDatastore(t)
 	servers := []*REST{newServer(t, endpoints, cidr), newServer(t, endpoints, cidr)}
 
-	created := createAtOnce(t, servers, "p", "s", 200)
+	created := createAtOnce(t, servers, "p", "default", "s", 200)
 	assertDistinct(t, created)
 	if used := usedIPs(t, servers[0], "p", cidr); used != 200 {
 		t.Fatalf("the record holds %d addresses, want 200", used)
 	}
 	// Another plane has records of its own: the same addresses again.
-	other := createAtOnce(t, servers, "q", "s", 20)
+	other := createAtOnce(t, servers, "q", "default", "s", 20)
 	assertDistinct(t, other)
 
 	// Releases through the server that did not allocate.
@@ -185,18 +189,19 @@ func TestRecordsKeepAddressesDistinctAcrossServers(t *testing.T) {
 	}
 
 	// Without its record (a plane from before records were kept) the
-	// plane starts from its 150 Services: the 104 free addresses are
-	// handed out, no taken one, and the 105th is refused.
+	// plane starts from its 150 Services, whatever their namespace: the
+	// 104 free addresses are handed out to Services of another
+	// namespace, no taken one, and the 105th is refused.
 	for _, name := range []string{clusterIPsRecord, nodePortsRecord} {
 		if err := servers[0].records.store.Delete(planeContext("p"), servers[0].records.key(name), &api.RangeAllocation{}, nil,
 			storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	more := createAtOnce(t, servers, "p", "again", 104)
+	more := createAtOnce(t, servers, "p", "other", "again", 104)
 	all := append(more, created[50:]...)
 	assertDistinct(t, all)
-	_, err := servers[0].Create(planeContext("p"), newService("full", false), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	_, err := servers[0].Create(planeContext("p"), newService("full", "default", false), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	if err == nil {
 		t.Fatal("a 255th address was handed out of a range of 254")
 	}
