@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -27,12 +32,15 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
-// rawGetter hands out storage straight on the datastore (no watch cache),
-// as the server's getter does when the cache is off.
-type rawGetter struct{ config *storagebackend.Config }
+// getter hands out storage on the datastore, behind a watch cache (as the
+// server's getter does) or straight.
+type getter struct {
+	config    *storagebackend.Config
+	decorator generic.StorageDecorator
+}
 
-func (g rawGetter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
-	return generic.RESTOptions{StorageConfig: g.config.ForResource(resource), Decorator: generic.UndecoratedStorage,
+func (g getter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
+	return generic.RESTOptions{StorageConfig: g.config.ForResource(resource), Decorator: g.decorator,
 		ResourcePrefix: resource.Resource}, nil
 }
 
@@ -53,13 +61,13 @@ func startDatastore(t *testing.T) []string {
 // newServer is one server's Service registry on the datastore at
 // endpoints: its own plane-scoped storage and storage clients, as a
 // second process would have.
-func newServer(t *testing.T, endpoints []string, cidr string) *REST {
+func newServer(t *testing.T, endpoints []string, cidr string, decorator generic.StorageDecorator) *REST {
 	t.Helper()
 	config := storagebackend.NewDefaultConfig("/registry", legacyscheme.Codecs.LegacyCodec(corev1.SchemeGroupVersion))
 	config.Transport.ServerList = endpoints
 	_, ipnet, _ := net.ParseCIDR(cidr)
 	ports, _ := utilnet.ParsePortRange("30000-32767")
-	r, _, err := NewREST(planestorage.NewRegistry().Wrap(rawGetter{config}), Config{ClusterIPRange: *ipnet, NodePortRange: *ports})
+	r, _, err := NewREST(planestorage.NewRegistry().Wrap(getter{config, decorator}), Config{ClusterIPRange: *ipnet, NodePortRange: *ports})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +149,30 @@ func assertDistinct(t *testing.T, svcs []*api.Service) {
 	}
 }
 
+// assertRecords lists every plane's records as the server's watch cache
+// (if any) holds them, and fails unless their keys end in want.
+func assertRecords(t *testing.T, r *REST, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(planes.WithAllPlanes(context.Background()), 30*time.Second)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list := &rangeAllocationList{}
+		if err := r.records.store.GetList(ctx, r.records.prefix, storage.ListOptions{ResourceVersion: "0", Recursive: true,
+			Predicate: storage.Everything}, list); err != nil {
+			return false, err
+		}
+		var got []string
+		for _, rec := range list.Items {
+			got = append(got, "/"+planes.OfObject(&rec)+"/"+rec.Name)
+		}
+		sort.Strings(got)
+		return strings.Join(got, " ") == strings.Join(want, " "), nil
+	})
+	if err != nil {
+		t.Fatalf("the records listed are not %v: %v", want, err)
+	}
+}
+
 // usedIPs is the count of addresses the plane's cluster IP record holds.
 func usedIPs(t *testing.T, r *REST, plane, cidr string) int {
 	t.Helper()
@@ -163,11 +195,21 @@ func usedIPs(t *testing.T, r *REST, plane, cidr string) int {
 // the plane's records: 200 Services created at once through both in a
 // range of 254 addresses never share an address, releases through either
 // server free them, and a plane whose record is gone starts again from
-// its Services rather than from an empty range.
+// its Services rather than from an empty range. Once with watch caches
+// (whose possibly stale copy of a record is where a swap starts), once
+// straight on the datastore.
 func TestRecordsKeepAddressesDistinctAcrossServers(t *testing.T) {
+	for name, decorator := range map[string]generic.StorageDecorator{
+		"cached": genericregistry.StorageWithCacher(), "uncached": generic.UndecoratedStorage,
+	} {
+		t.Run(name, func(t *testing.T) { recordsAcrossServers(t, decorator) })
+	}
+}
+
+func recordsAcrossServers(t *testing.T, decorator generic.StorageDecorator) {
 	const cidr = "10.0.0.0/24"
 	endpoints := startDatastore(t)
-	servers := []*REST{newServer(t, endpoints, cidr), newServer(t, endpoints, cidr)}
+	servers := []*REST{newServer(t, endpoints, cidr, decorator), newServer(t, endpoints, cidr, decorator)}
 
 	created := createAtOnce(t, servers, "p", "default", "s", 200)
 	assertDistinct(t, created)
@@ -177,6 +219,7 @@ func TestRecordsKeepAddressesDistinctAcrossServers(t *testing.T) {
 	// Another plane has records of its own: the same addresses again.
 	other := createAtOnce(t, servers, "q", "default", "s", 20)
 	assertDistinct(t, other)
+	assertRecords(t, servers[1], "/p/clusterips", "/p/nodeports", "/q/clusterips", "/q/nodeports")
 
 	// Releases through the server that did not allocate.
 	for i := 0; i < 50; i++ {

@@ -111,6 +111,13 @@ func newUpstream(optsGetter generic.RESTOptionsGetter, config Config, ips ipallo
 
 // Destroy implements rest.Storage.
 func (r *REST) Destroy() {
+	r.mu.Lock()
+	for _, entry := range r.byPlane {
+		if entry.reg != nil {
+			entry.reg.rest.Destroy()
+		}
+	}
+	r.mu.Unlock()
 	r.REST.Destroy()
 	r.records.destroy()
 }
