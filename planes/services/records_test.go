@@ -32,15 +32,12 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
-// getter hands out storage on the datastore, behind a watch cache (as the
-// server's getter does) or straight.
-type getter struct {
-	config    *storagebackend.Config
-	decorator generic.StorageDecorator
-}
+// getter hands out storage on the datastore behind a watch cache, as the
+// server's getter does.
+type getter struct{ config *storagebackend.Config }
 
 func (g getter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
-	return generic.RESTOptions{StorageConfig: g.config.ForResource(resource), Decorator: g.decorator,
+	return generic.RESTOptions{StorageConfig: g.config.ForResource(resource), Decorator: genericregistry.StorageWithCacher(),
 		ResourcePrefix: resource.Resource}, nil
 }
 
@@ -60,14 +57,18 @@ func startDatastore(t *testing.T) []string {
 
 // newServer is one server's Service registry on the datastore at
 // endpoints: its own plane-scoped storage and storage clients, as a
-// second process would have.
-func newServer(t *testing.T, endpoints []string, cidr string, decorator generic.StorageDecorator) *REST {
+// second process would have; uncached as the server keeps the records.
+func newServer(t *testing.T, endpoints []string, cidr string, uncached bool) *REST {
 	t.Helper()
 	config := storagebackend.NewDefaultConfig("/registry", legacyscheme.Codecs.LegacyCodec(corev1.SchemeGroupVersion))
 	config.Transport.ServerList = endpoints
 	_, ipnet, _ := net.ParseCIDR(cidr)
 	ports, _ := utilnet.ParsePortRange("30000-32767")
-	r, _, err := NewREST(planestorage.NewRegistry().Wrap(getter{config, decorator}), Config{ClusterIPRange: *ipnet, NodePortRange: *ports})
+	stores := planestorage.NewRegistry()
+	if uncached {
+		stores.SetUncached(AllocationsResource)
+	}
+	r, _, err := NewREST(stores.Wrap(getter{config}), Config{ClusterIPRange: *ipnet, NodePortRange: *ports})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,21 +196,19 @@ func usedIPs(t *testing.T, r *REST, plane, cidr string) int {
 // the plane's records: 200 Services created at once through both in a
 // range of 254 addresses never share an address, releases through either
 // server free them, and a plane whose record is gone starts again from
-// its Services rather than from an empty range. Once with watch caches
-// (whose possibly stale copy of a record is where a swap starts), once
-// straight on the datastore.
+// its Services rather than from an empty range. Records straight on the
+// datastore (as the server keeps them) and behind a watch cache (whose
+// possibly stale copy of a record is where a swap starts).
 func TestRecordsKeepAddressesDistinctAcrossServers(t *testing.T) {
-	for name, decorator := range map[string]generic.StorageDecorator{
-		"cached": genericregistry.StorageWithCacher(), "uncached": generic.UndecoratedStorage,
-	} {
-		t.Run(name, func(t *testing.T) { recordsAcrossServers(t, decorator) })
+	for name, uncached := range map[string]bool{"uncached": true, "cached": false} {
+		t.Run(name, func(t *testing.T) { recordsAcrossServers(t, uncached) })
 	}
 }
 
-func recordsAcrossServers(t *testing.T, decorator generic.StorageDecorator) {
+func recordsAcrossServers(t *testing.T, uncached bool) {
 	const cidr = "10.0.0.0/24"
 	endpoints := startDatastore(t)
-	servers := []*REST{newServer(t, endpoints, cidr, decorator), newServer(t, endpoints, cidr, decorator)}
+	servers := []*REST{newServer(t, endpoints, cidr, uncached), newServer(t, endpoints, cidr, uncached)}
 
 	created := createAtOnce(t, servers, "p", "default", "s", 200)
 	assertDistinct(t, created)
