@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 func service(name, clusterIP string, typ corev1.ServiceType) *corev1.Service {
@@ -176,5 +178,46 @@ func TestServiceRecordsGoWithThePlane(t *testing.T) {
 	_, err := mc.Create(ctx, service("dup", "10.96.201.1", corev1.ServiceTypeClusterIP), metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "already allocated") {
 		t.Fatalf("the inherited address after a reset: want Invalid 'already allocated', got %v", err)
+	}
+}
+
+// TestServiceAddressesAcrossRestart: a plane's allocations outlive a
+// kill -9 of the server: in a range of six addresses (.1 the kubernetes
+// Service's) three Services before and two after take five distinct
+// ones, and a sixth is refused as the range is full.
+func TestServiceAddressesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{Args: []string{"--service-cidr", "10.98.0.0/29"}})
+	ctx := context.Background()
+	plane := "restart"
+	createPlane(t, s, plane, "")
+	taken := map[string]string{"10.98.0.1": "kubernetes"}
+	create := func(name string) error {
+		got, err := s.Client(t, plane).CoreV1().Services("default").Create(ctx, service(name, "", corev1.ServiceTypeNodePort), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		for _, addr := range []string{got.Spec.ClusterIP, fmt.Sprint(got.Spec.Ports[0].NodePort)} {
+			if other, dup := taken[addr]; dup {
+				t.Fatalf("%s allocated to %s and %s", addr, other, name)
+			}
+			taken[addr] = name
+		}
+		return nil
+	}
+	for i := range 3 {
+		if err := create(fmt.Sprintf("before-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Kill()
+	s.Restart(t)
+	for i := range 2 {
+		if err := create(fmt.Sprintf("after-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := create("one-too-many"); err == nil || !strings.Contains(err.Error(), "range is full") {
+		t.Fatalf("a seventh address of a range of six: want 'range is full', got %v", err)
 	}
 }
