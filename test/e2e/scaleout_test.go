@@ -16,12 +16,12 @@ import (
 // startTwoServers starts two kplane servers on one datastore: the second
 // with a copy of the first's credentials (README, "Several servers") and,
 // until each plane's controllers run on one server only, without
-// controllers of its own.
-func startTwoServers(t *testing.T, endpoint string) (one, two *framework.Server) {
+// controllers of its own. args go to both.
+func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
 	t.Helper()
-	one = framework.StartServer(t, framework.Options{Args: []string{"--datastore-endpoint", endpoint}})
+	one = framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", endpoint}, args...)})
 	two = framework.StartServer(t, framework.Options{DataDir: framework.JoinDataDir(t, one),
-		Args: []string{"--datastore-endpoint", endpoint, "--disable-controllers", "--simulation=false"}})
+		Args: append([]string{"--datastore-endpoint", endpoint, "--disable-controllers", "--simulation=false"}, args...)})
 	return one, two
 }
 
@@ -40,9 +40,11 @@ func TestServiceAddressesAcrossServersPostgres(t *testing.T) {
 // through two servers get 200 distinct ClusterIPs, and the NodePort ones
 // distinct node ports. A third of them then go away through the other
 // server and as many come back: freed addresses are taken again and still
-// never twice.
+// never twice. The ranges are small (254 addresses, 200 ports) so that
+// servers allocating on their own would collide for certain (on the
+// defaults they often would not: the earlier in-memory allocators passed).
 func serviceAddressesAcrossServers(t *testing.T, endpoint string) {
-	one, two := startTwoServers(t, endpoint)
+	one, two := startTwoServers(t, endpoint, "--service-cidr", "10.96.0.0/24", "--service-node-port-range", "30000-30199")
 	const plane = "addresses"
 	createPlane(t, one, plane, "")
 	clients := []*kubernetes.Clientset{one.Client(t, plane), two.Client(t, plane)}
