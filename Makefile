@@ -113,7 +113,7 @@ release:
 	cat dist/sha256sums.txt
 
 # Scenarios of `make bench`; BENCH_FLAGS adds flags, e.g. --max 1000.
-BENCH_SCENARIOS ?= curve,requests,watch,fleet,snapshot,streams,scenarios,plain-planes,quota,baseline
+BENCH_SCENARIOS ?= curve,requests,watch,fleet,snapshot,streams,scenarios,plain-planes,quota,services,baseline
 BENCH_FLAGS     ?=
 
 ## bench: kplane against one kube-apiserver per plane on this machine:

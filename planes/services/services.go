@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	api "k8s.io/kubernetes/pkg/apis/core"
+	"k8s.io/kubernetes/pkg/registry/core/service/allocator"
 	"k8s.io/kubernetes/pkg/registry/core/service/ipallocator"
 	"k8s.io/kubernetes/pkg/registry/core/service/portallocator"
 	servicestore "k8s.io/kubernetes/pkg/registry/core/service/storage"
@@ -40,13 +41,14 @@ type REST struct {
 	config      Config
 	optsGetter  generic.RESTOptionsGetter
 	sharedState *servicestore.StatusREST
+	records     *allocationRecords
 
 	mu      sync.Mutex
 	byPlane map[string]*planeEntry
 }
 
-// planeEntry is built once per plane; the first writer of a plane seeds it
-// while writers of other planes go on.
+// planeEntry is built once per plane; the first writer of a plane builds
+// it while writers of other planes go on.
 type planeEntry struct {
 	once sync.Once
 	reg  *planeRegistry
@@ -56,12 +58,6 @@ type planeEntry struct {
 type planeRegistry struct {
 	rest   *servicestore.REST
 	status *servicestore.StatusREST
-}
-
-// allocators are the in-memory address pools of one registry.
-type allocators struct {
-	ips   *ipallocator.Range
-	ports *portallocator.PortAllocator
 }
 
 var (
@@ -75,7 +71,20 @@ var (
 
 // NewREST returns the Service registry and its status subresource.
 func NewREST(optsGetter generic.RESTOptionsGetter, config Config) (*REST, *StatusREST, error) {
-	shared, sharedStatus, _, err := newUpstream(optsGetter, config)
+	// The shared registry only reads: its allocators are never asked.
+	ips, err := ipallocator.NewInMemory(&config.ClusterIPRange)
+	if err != nil {
+		return nil, nil, fmt.Errorf("service cluster IP range %s: %w", config.ClusterIPRange.String(), err)
+	}
+	ports, err := portallocator.NewInMemory(config.NodePortRange)
+	if err != nil {
+		return nil, nil, fmt.Errorf("service node port range %s: %w", config.NodePortRange.String(), err)
+	}
+	shared, sharedStatus, err := newUpstream(optsGetter, config, ips, ports)
+	if err != nil {
+		return nil, nil, err
+	}
+	records, err := newAllocationRecords(optsGetter)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,31 +93,37 @@ func NewREST(optsGetter generic.RESTOptionsGetter, config Config) (*REST, *Statu
 		config:      config,
 		optsGetter:  noCountPolling{optsGetter},
 		sharedState: sharedStatus,
+		records:     records,
 		byPlane:     map[string]*planeEntry{},
 	}
 	return r, &StatusREST{r}, nil
 }
 
-func newUpstream(optsGetter generic.RESTOptionsGetter, config Config) (*servicestore.REST, *servicestore.StatusREST, allocators, error) {
-	ips, err := ipallocator.NewInMemory(&config.ClusterIPRange)
-	if err != nil {
-		return nil, nil, allocators{}, fmt.Errorf("service cluster IP range %s: %w", config.ClusterIPRange.String(), err)
-	}
-	ports, err := portallocator.NewInMemory(config.NodePortRange)
-	if err != nil {
-		return nil, nil, allocators{}, fmt.Errorf("service node port range %s: %w", config.NodePortRange.String(), err)
-	}
+func newUpstream(optsGetter generic.RESTOptionsGetter, config Config, ips ipallocator.Interface, ports portallocator.Interface) (*servicestore.REST, *servicestore.StatusREST, error) {
 	family := api.IPv4Protocol
 	if netutils.IsIPv6CIDR(&config.ClusterIPRange) {
 		family = api.IPv6Protocol
 	}
 	r, status, _, err := servicestore.NewREST(optsGetter, family,
 		map[api.IPFamily]ipallocator.Interface{family: ips}, ports, nil, config.Pods, nil)
-	return r, status, allocators{ips: ips, ports: ports}, err
+	return r, status, err
 }
 
-// forPlane returns the write registry of the plane in ctx, creating it (and
-// seeding its allocators from the plane's stored Services) on first use.
+// Destroy implements rest.Storage.
+func (r *REST) Destroy() {
+	r.mu.Lock()
+	for _, entry := range r.byPlane {
+		if entry.reg != nil {
+			entry.reg.rest.Destroy()
+		}
+	}
+	r.mu.Unlock()
+	r.REST.Destroy()
+	r.records.destroy()
+}
+
+// forPlane returns the write registry of the plane in ctx, creating it on
+// first use.
 func (r *REST) forPlane(ctx context.Context) (*planeRegistry, error) {
 	plane, ok := planes.FromContext(ctx)
 	if !ok {
@@ -123,15 +138,7 @@ func (r *REST) forPlane(ctx context.Context) (*planeRegistry, error) {
 	r.mu.Unlock()
 
 	entry.once.Do(func() {
-		upstream, status, pools, err := newUpstream(r.optsGetter, r.config)
-		if err == nil {
-			err = r.seed(ctx, pools)
-		}
-		if err != nil {
-			entry.err = err
-			return
-		}
-		entry.reg = &planeRegistry{rest: upstream, status: status}
+		entry.reg, entry.err = r.newPlaneRegistry(plane)
 	})
 	if entry.err != nil {
 		// Let the next writer retry instead of caching the failure.
@@ -145,35 +152,104 @@ func (r *REST) forPlane(ctx context.Context) (*planeRegistry, error) {
 	return entry.reg, nil
 }
 
-// seed marks every IP and port already held by a Service of the plane as
-// allocated. The list is a consistent read, so a restart never hands out an
-// address a stored Service holds.
-func (r *REST) seed(ctx context.Context, pools allocators) error {
+// newPlaneRegistry builds the upstream registry of one plane on allocators
+// of the plane's records in the datastore. It holds no allocation state:
+// every allocation reads and swaps the record.
+func (r *REST) newPlaneRegistry(plane string) (*planeRegistry, error) {
+	ips, err := ipallocator.New(&r.config.ClusterIPRange, r.recordFactory(plane, clusterIPsRecord, r.seedClusterIPs))
+	if err != nil {
+		return nil, fmt.Errorf("service cluster IP range %s: %w", r.config.ClusterIPRange.String(), err)
+	}
+	ports, err := portallocator.New(r.config.NodePortRange, r.recordFactory(plane, nodePortsRecord, r.seedNodePorts))
+	if err != nil {
+		return nil, fmt.Errorf("service node port range %s: %w", r.config.NodePortRange.String(), err)
+	}
+	upstream, status, err := newUpstream(r.optsGetter, r.config, ips, ports)
+	if err != nil {
+		return nil, err
+	}
+	return &planeRegistry{rest: upstream, status: status}, nil
+}
+
+func (r *REST) recordFactory(plane, name string, seed seedFunc) allocator.AllocatorWithOffsetFactory {
+	return func(max int, rangeSpec string, offset int) (allocator.Interface, error) {
+		a := &recordAllocator{records: r.records, plane: plane, name: name,
+			max: max, offset: offset, rangeSpec: rangeSpec, seed: seed}
+		a.free.Store(int64(max))
+		return a, nil
+	}
+}
+
+// planeServices lists the Services of ctx's plane. The list is a
+// consistent read, so a record seeded from it misses no stored Service.
+func (r *REST) planeServices(ctx context.Context) ([]api.Service, error) {
 	list, err := r.REST.Store.List(ctx, &metainternalversion.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("listing services to seed allocators: %w", err)
+		return nil, fmt.Errorf("listing services to seed allocations: %w", err)
 	}
-	for i := range list.(*api.ServiceList).Items {
-		svc := &list.(*api.ServiceList).Items[i]
-		for _, ip := range svc.Spec.ClusterIPs {
-			if parsed := netutils.ParseIPSloppy(ip); parsed != nil && !pools.ips.Has(parsed) {
+	return list.(*api.ServiceList).Items, nil
+}
+
+// seedClusterIPs is the cluster IP record of a plane that has none: the
+// addresses its Services hold (Services made before records were kept,
+// and default/kubernetes, which the bootstrap writes without allocating).
+func (r *REST) seedClusterIPs(ctx context.Context) (*api.RangeAllocation, error) {
+	svcs, err := r.planeServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ips, err := ipallocator.NewInMemory(&r.config.ClusterIPRange)
+	if err != nil {
+		return nil, err
+	}
+	for i := range svcs {
+		for _, ip := range svcs[i].Spec.ClusterIPs {
+			if parsed := netutils.ParseIPSloppy(ip); parsed != nil {
 				// Out-of-range and other-family addresses are not ours to track.
-				_ = pools.ips.Allocate(parsed)
+				_ = ips.Allocate(parsed)
 			}
 		}
-		for _, port := range svc.Spec.Ports {
+	}
+	snap := &api.RangeAllocation{}
+	return snap, ips.Snapshot(snap)
+}
+
+// seedNodePorts is seedClusterIPs for node ports.
+func (r *REST) seedNodePorts(ctx context.Context) (*api.RangeAllocation, error) {
+	svcs, err := r.planeServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := portallocator.NewInMemory(r.config.NodePortRange)
+	if err != nil {
+		return nil, err
+	}
+	for i := range svcs {
+		for _, port := range svcs[i].Spec.Ports {
 			if port.NodePort != 0 {
-				_ = pools.ports.Allocate(int(port.NodePort))
+				_ = ports.Allocate(int(port.NodePort))
 			}
 		}
-		if svc.Spec.HealthCheckNodePort != 0 {
-			_ = pools.ports.Allocate(int(svc.Spec.HealthCheckNodePort))
+		if svcs[i].Spec.HealthCheckNodePort != 0 {
+			_ = ports.Allocate(int(svcs[i].Spec.HealthCheckNodePort))
 		}
+	}
+	snap := &api.RangeAllocation{}
+	return snap, ports.Snapshot(snap)
+}
+
+// writable refuses a write to a template in use before anything is
+// allocated for it (the allocation's own refusal would reach the client
+// as an internal error).
+func (r *REST) writable(ctx context.Context) error {
+	if s, ok := r.REST.Store.Storage.Storage.(interface{ Writable(context.Context) error }); ok {
+		return s.Writable(ctx)
 	}
 	return nil
 }
 
-// ForgetPlane drops the write registry of a deleted plane.
+// ForgetPlane drops the write registry of a deleted plane (its records go
+// with the plane's other storage).
 func (r *REST) ForgetPlane(plane string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -182,6 +258,9 @@ func (r *REST) ForgetPlane(plane string) {
 
 // Create implements rest.Creater.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if err := r.writable(ctx); err != nil {
+		return nil, err
+	}
 	p, err := r.forPlane(ctx)
 	if err != nil {
 		return nil, err
@@ -192,6 +271,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // Update implements rest.Updater.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if err := r.writable(ctx); err != nil {
+		return nil, false, err
+	}
 	p, err := r.forPlane(ctx)
 	if err != nil {
 		return nil, false, err

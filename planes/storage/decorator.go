@@ -40,6 +40,7 @@ type Registry struct {
 	builtin    map[string]*sharedStorage
 	custom     map[string]*sharedStorage
 	transforms map[schema.GroupResource]Transform
+	uncached   map[schema.GroupResource]bool
 	onNew      []func(*Store)
 	// contentOf names the CRD content a plane serves a custom resource
 	// with; set once by the CRD server.
@@ -82,7 +83,7 @@ func (r *Registry) OnNewStore(f func(*Store)) {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	return &Registry{builtin: map[string]*sharedStorage{}, custom: map[string]*sharedStorage{},
-		transforms: map[schema.GroupResource]Transform{}}
+		transforms: map[schema.GroupResource]Transform{}, uncached: map[schema.GroupResource]bool{}}
 }
 
 // SetCacheTransform makes the watch cache of resource keep objects through
@@ -91,6 +92,16 @@ func (r *Registry) SetCacheTransform(resource schema.GroupResource, transform Tr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.transforms[resource] = transform
+}
+
+// SetUncached makes the storage of resource read and watch the datastore
+// itself, with no watch cache: for records that are read only to be
+// written (a cache would hold every plane's copy in memory for nothing).
+// Call it before the resource's registry is built.
+func (r *Registry) SetUncached(resource schema.GroupResource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.uncached[resource] = true
 }
 
 // RESTOptionsGetter hands out plane-scoped storage for every resource.
@@ -256,6 +267,9 @@ func (r *Registry) build(resource schema.GroupResource, inner generic.StorageDec
 	trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
 	if transform, ok := r.transforms[resource]; ok {
 		inner = cachedStorage(transform)
+	}
+	if r.uncached[resource] {
+		inner = generic.UndecoratedStorage
 	}
 	return inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc, withPlaneField(getAttrsFunc), trigger, indexers)
 }

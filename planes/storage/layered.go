@@ -386,16 +386,18 @@ func (s *Store) updateLayered(ctx context.Context, plane string, chain []string,
 	}
 	return s.decide(ctx, plane, chain, key, storage.NewResourceVersionConflictsError(scoped, 0), func(own, below runtime.Object) error {
 		if own != nil {
-			return s.updateOwn(ctx, plane, scoped, destination, ignoreNotFound, preconditions, tryUpdate)
+			return s.updateOwn(ctx, plane, scoped, destination, ignoreNotFound, preconditions, tryUpdate, own)
 		}
 		return s.updateInherited(ctx, plane, scoped, below, destination, ignoreNotFound, preconditions, tryUpdate)
 	})
 }
 
 // updateOwn updates the plane's own record; a tombstone is what is not
-// there.
+// there. read is the record as just read: a storage without a watch cache
+// starts from it instead of reading it again (a stale one only costs a
+// failed swap and a read).
 func (s *Store) updateOwn(ctx context.Context, plane, scoped string, destination runtime.Object, ignoreNotFound bool,
-	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, read runtime.Object) error {
 	tombstoned := false
 	err := s.Interface.GuaranteedUpdate(ctx, scoped, destination, false, nil,
 		func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
@@ -439,7 +441,7 @@ func (s *Store) updateOwn(ctx context.Context, plane, scoped string, destination
 				return out, ttl, setLayerState(out, LayerRecreated)
 			}
 			return out, ttl, nil
-		}, nil)
+		}, read)
 	if storage.IsNotFound(err) && !tombstoned {
 		// The record went away meanwhile: decide again.
 		return errRaced

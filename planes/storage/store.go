@@ -243,3 +243,14 @@ func planePredicate(p storage.SelectionPredicate, plane string) storage.Selectio
 	}
 	return p
 }
+
+// Writable returns the error a write of ctx's plane would meet before it
+// reaches the datastore (a template in use is read-only), for callers that
+// must refuse a write before they do work for it.
+func (s *Store) Writable(ctx context.Context) error {
+	plane, err := planeOf(ctx, s.resourcePrefix)
+	if err != nil {
+		return err
+	}
+	return s.registry.writable(s.resource, plane)
+}

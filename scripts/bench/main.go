@@ -81,6 +81,7 @@ type benchFlags struct {
 	policyPlanes    *int
 	webhookCreates  *int
 	webhookPlanes   *int
+	serviceCreates  *int
 	profilesStored  *string
 	auditOps        *int
 	auditRounds     *int
@@ -100,7 +101,7 @@ func parseFlags() *benchFlags {
 	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
 	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
 	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, "+strings.Join(sideBySideScenarios, ", "))
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, "+strings.Join(sideBySideScenarios, ", "))
 	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -114,7 +115,7 @@ func parseFlags() *benchFlags {
 	f.out = flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	f.churnSettle = flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	f.crdCycles = flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, container: the bare binary, profiles: its empty server)")
+	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, container: the bare binary, profiles: its empty server)")
 	f.gotestExample = flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	f.gotestPlanes = flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
@@ -129,6 +130,7 @@ func parseFlags() *benchFlags {
 	f.policyPlanes = flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
 	f.webhookCreates = flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
 	f.webhookPlanes = flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
+	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
@@ -152,6 +154,7 @@ func (f *benchFlags) quick() {
 	*f.quotaCreates, *f.quotaDeletes = min(*f.quotaCreates, 50), min(*f.quotaDeletes, 10)
 	*f.policyCreates, *f.policyPlanes = min(*f.policyCreates, 50), min(*f.policyPlanes, 20)
 	*f.webhookCreates, *f.webhookPlanes = min(*f.webhookCreates, 50), min(*f.webhookPlanes, 50)
+	*f.serviceCreates = min(*f.serviceCreates, 20)
 	*f.profilesStored = "20,50"
 	*f.auditOps, *f.auditRounds = min(*f.auditOps, 100), min(*f.auditRounds, 1)
 	*f.noisyWriters, *f.noisyListers, *f.noisyOps = min(*f.noisyWriters, 8), min(*f.noisyListers, 8), min(*f.noisyOps, 30)
@@ -204,6 +207,8 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = auditScenario(bin, auditParams{Ops: *f.auditOps, Workers: *f.workers, Rounds: *f.auditRounds, FullPlanes: 5, BufferEvents: 1000})
 	case "noisy-neighbor":
 		res, err = noisyNeighborScenario(bin, noisyParams{Writers: *f.noisyWriters, Listers: *f.noisyListers, Ops: *f.noisyOps, Objects: 100, Seats: f.noisySeats})
+	case "services":
+		res, err = servicesScenario(bin, servicesParams{Creates: *f.serviceCreates, Old: *f.oldBinary})
 	case "streams":
 		res, err = streamsScenario(bin, streamsParams{Streams: *f.streams, Users: *f.streamUsers, Objects: *f.streamObjects, ProfileDir: *f.profileDir})
 	default:

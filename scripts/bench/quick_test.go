@@ -72,7 +72,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks, audit)
+	services, err := servicesScenario(binary, servicesParams{Creates: 10})
+	if err != nil {
+		t.Fatalf("services: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks, audit, services)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -88,7 +92,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {

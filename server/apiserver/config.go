@@ -44,6 +44,7 @@ import (
 	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/policies"
 	"kplane.dev/kplane/planes/quota"
+	"kplane.dev/kplane/planes/services"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
 	"kplane.dev/kplane/planes/webhooks"
@@ -254,6 +255,10 @@ func newPlaneStorage() *planestorage.Registry {
 	rules := planestorage.NewInterner()
 	stores.SetCacheTransform(rbacv1.Resource("clusterroles"), internRules(rules))
 	stores.SetCacheTransform(rbacv1.Resource("roles"), internRules(rules))
+	// A plane's Service address records are read only to be changed, with
+	// a consistent read: caching them would keep a bitmap per plane in
+	// memory (up to 8 KiB on the default range) for nothing.
+	stores.SetUncached(services.AllocationsResource)
 	return stores
 }
 

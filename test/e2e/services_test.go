@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"kplane.dev/kplane/test/e2e/framework"
 )
 
 func service(name, clusterIP string, typ corev1.ServiceType) *corev1.Service {
@@ -118,5 +121,103 @@ func TestKubeletSubresources(t *testing.T) {
 		if err == nil || !strings.Contains(out, "no kubelet") {
 			t.Errorf("kubectl %s: want a clear error, got %v: %s", strings.Join(args, " "), err, out)
 		}
+	}
+}
+
+// TestServiceRecordsGoWithThePlane: a plane's allocations are records in
+// its own keys, written with its first Service and gone with the plane: a
+// plane made again under the same id allocates from an empty range. A
+// reset drops a member's records with its Services, back to what it
+// inherits.
+func TestServiceRecordsGoWithThePlane(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	plane := uniquePlane(t, "svc-records")
+	createPlane(t, s, plane, "")
+	svc := service("web", "10.96.200.200", corev1.ServiceTypeNodePort)
+	svc.Spec.Ports[0].NodePort = 31111
+	if _, err := s.Client(t, plane).CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	keys := strings.Join(planeKeys(t, s, plane), " ")
+	for _, record := range []string{"clusterips", "nodeports"} {
+		if !strings.Contains(keys, "/registry/rangeallocations/"+plane+"/"+record) {
+			t.Fatalf("no %s record of %s in the datastore: %s", record, plane, keys)
+		}
+	}
+	if out, err := kplaneCmd(t, s, "planes", "delete", plane); err != nil {
+		t.Fatalf("kplane planes delete: %v\n%s", err, out)
+	}
+	if keys := planeKeys(t, s, plane); len(keys) != 0 {
+		t.Fatalf("keys of the deleted plane remain: %v", keys)
+	}
+	createPlane(t, s, plane, "")
+	if _, err := s.Client(t, plane).CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the same addresses in the plane made again: %v", err)
+	}
+
+	// A member: the template's address stays taken, its own is freed by
+	// a reset.
+	tmpl, member := uniquePlane(t, "svc-tmpl"), uniquePlane(t, "svc-member")
+	createPlane(t, s, tmpl, "")
+	if _, err := s.Client(t, tmpl).CoreV1().Services("default").Create(ctx, service("inherited", "10.96.201.1", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPlane(t, s, member, tmpl)
+	mc := s.Client(t, member).CoreV1().Services("default")
+	if _, err := mc.Create(ctx, service("own", "10.96.201.2", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := resetPlane(t, s, member); code != http.StatusOK {
+		t.Fatalf("reset: HTTP %d", code)
+	}
+	if _, err := mc.Create(ctx, service("own-again", "10.96.201.2", corev1.ServiceTypeClusterIP), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the member's own address after a reset: %v", err)
+	}
+	_, err := mc.Create(ctx, service("dup", "10.96.201.1", corev1.ServiceTypeClusterIP), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "already allocated") {
+		t.Fatalf("the inherited address after a reset: want Invalid 'already allocated', got %v", err)
+	}
+}
+
+// TestServiceAddressesAcrossRestart: a plane's allocations outlive a
+// kill -9 of the server: in a range of six addresses (.1 the kubernetes
+// Service's) three Services before and two after take five distinct
+// ones, and a sixth is refused as the range is full.
+func TestServiceAddressesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{Args: []string{"--service-cidr", "10.98.0.0/29"}})
+	ctx := context.Background()
+	plane := "restart"
+	createPlane(t, s, plane, "")
+	taken := map[string]string{"10.98.0.1": "kubernetes"}
+	create := func(name string) error {
+		got, err := s.Client(t, plane).CoreV1().Services("default").Create(ctx, service(name, "", corev1.ServiceTypeNodePort), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		for _, addr := range []string{got.Spec.ClusterIP, fmt.Sprint(got.Spec.Ports[0].NodePort)} {
+			if other, dup := taken[addr]; dup {
+				t.Fatalf("%s allocated to %s and %s", addr, other, name)
+			}
+			taken[addr] = name
+		}
+		return nil
+	}
+	for i := range 3 {
+		if err := create(fmt.Sprintf("before-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Kill()
+	s.Restart(t)
+	for i := range 2 {
+		if err := create(fmt.Sprintf("after-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := create("one-too-many"); err == nil || !strings.Contains(err.Error(), "range is full") {
+		t.Fatalf("a seventh address of a range of six: want 'range is full', got %v", err)
 	}
 }
