@@ -13,7 +13,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterable, Mapping, TypeVar
 
 from ._http import QueryValue
 from .client import AuditWatch, Client, Fleet, Plane, StateWatch
@@ -23,6 +23,8 @@ from .models import AuditEvent, FleetMember, FleetSpec, FleetStatus, PlaneInfo, 
 __all__ = ["AsyncClient", "AsyncPlane", "AsyncFleet", "AsyncStateWatch", "AsyncAuditWatch"]
 
 T = TypeVar("T")
+S = TypeVar("S")
+E = TypeVar("E")
 
 
 class AsyncClient:
@@ -317,67 +319,50 @@ class AsyncPlane:
         await self.client.delete_plane(self.name, wait=wait, timeout=timeout)
 
 
-class AsyncStateWatch:
+class _AsyncStream(Generic[S, E]):
+    """A sync stream (a delta stream or a followed trail) read on the
+    client's threads: ``async for`` yields its items."""
+
+    def __init__(self, client: AsyncClient, stream: S) -> None:
+        self._client = client
+        self.sync = stream
+
+    def __aiter__(self) -> "_AsyncStream[S, E]":
+        return self
+
+    async def __anext__(self) -> E:
+        item = await self._client._run(_next_or_none, self.sync)
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def close(self) -> None:
+        # Closing the socket also wakes a read blocked in another thread.
+        self.sync.close()  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> "_AsyncStream[S, E]":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncStateWatch(_AsyncStream[StateWatch, StateEvent]):
     """A running delta stream (see :class:`kplane.StateWatch`); ``async for``
     yields :class:`kplane.StateEvent` values."""
-
-    def __init__(self, client: AsyncClient, watch: StateWatch) -> None:
-        self._client = client
-        self.sync = watch
 
     @property
     def resource_version(self) -> str:
         return self.sync.resource_version
 
-    def __aiter__(self) -> "AsyncStateWatch":
-        return self
 
-    async def __anext__(self) -> StateEvent:
-        event = await self._client._run(_next_or_none, self.sync)
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    async def close(self) -> None:
-        # Closing the socket also wakes a read blocked in another thread.
-        self.sync.close()
-
-    async def __aenter__(self) -> "AsyncStateWatch":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncAuditWatch:
+class AsyncAuditWatch(_AsyncStream[AuditWatch, AuditEvent]):
     """A followed audit trail (see :class:`kplane.AuditWatch`); ``async for``
     yields :class:`kplane.AuditEvent` values."""
-
-    def __init__(self, client: AsyncClient, watch: AuditWatch) -> None:
-        self._client = client
-        self.sync = watch
 
     @property
     def cursor(self) -> int:
         return self.sync.cursor
-
-    def __aiter__(self) -> "AsyncAuditWatch":
-        return self
-
-    async def __anext__(self) -> AuditEvent:
-        event = await self._client._run(_next_or_none, self.sync)
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    async def close(self) -> None:
-        self.sync.close()
-
-    async def __aenter__(self) -> "AsyncAuditWatch":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 def _next_or_none(watch: Any) -> Any:
