@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	goruntime "runtime"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +18,9 @@ import (
 	"k8s.io/apiserver/pkg/util/flowcontrol/fairqueuing/queueset"
 	"k8s.io/apiserver/pkg/util/flowcontrol/metrics"
 	fcrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
+	"k8s.io/utils/clock"
 
+	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/auth"
 )
 
@@ -29,9 +32,19 @@ const PriorityLevel = "kplane-planes"
 type Config struct {
 	// Seats are the requests of all planes executing at once.
 	Seats int
-	// PlaneSeats are the most of them one plane holds at once (default
-	// half of Seats, at least 1).
+	// PlaneSeats are the most of them one plane holds at once while no
+	// other plane is active (default half of Seats, at least 1).
 	PlaneSeats int
+	// CPUs are shared among the active planes: with others active, a plane
+	// executes at most max(1, CPUs/active planes) requests (default
+	// GOMAXPROCS).
+	CPUs int
+	// ActiveWindow keeps a plane active after its last request ended
+	// (default 1 s), so that one making requests one after another counts
+	// between them.
+	ActiveWindow time.Duration
+	// Clock is the time of the active windows (default the real clock).
+	Clock clock.Clock
 	// Queues, HandSize and QueueLength are upstream's shuffle-sharding
 	// parameters: a plane's requests go to the shortest of HandSize of
 	// Queues queues picked by its hash; past QueueLength waiting requests
@@ -52,6 +65,9 @@ const (
 	DefaultHandSize    = 6
 	DefaultQueueLength = 50
 	DefaultQueueWait   = 15 * time.Second
+	// DefaultActiveWindow spans the pauses of a client making requests
+	// one after another.
+	DefaultActiveWindow = time.Second
 )
 
 // Queue is the fair queue of every plane's requests.
@@ -60,6 +76,10 @@ type Queue struct {
 	set    fq.QueueSet
 	// perPlane caps the seats of each plane.
 	perPlane *planeSeats
+	// root caps the root plane's, which does not share the CPUs with the
+	// others: it is the server's administration (Planes, Fleets), and a
+	// tenant's activity must not serialize every plane's creation.
+	root *planeSeats
 }
 
 // New returns the queue; config.Seats must be positive.
@@ -74,6 +94,13 @@ func New(config Config) (*Queue, error) {
 	if config.QueueWait <= 0 {
 		config.QueueWait = DefaultQueueWait
 	}
+	config.CPUs = orDefault(config.CPUs, goruntime.GOMAXPROCS(0))
+	if config.ActiveWindow <= 0 {
+		config.ActiveWindow = DefaultActiveWindow
+	}
+	if config.Clock == nil {
+		config.Clock = clock.RealClock{}
+	}
 	labels := []string{PriorityLevel}
 	completer, err := queueset.NewQueueSetFactory(eventclock.Real{}).BeginConstruction(
 		fq.QueuingConfig{Name: PriorityLevel, DesiredNumQueues: config.Queues, QueueLengthLimit: config.QueueLength, HandSize: config.HandSize},
@@ -84,7 +111,9 @@ func New(config Config) (*Queue, error) {
 		return nil, fmt.Errorf("fair queues: %w", err)
 	}
 	set := completer.Complete(fq.DispatchingConfig{ConcurrencyLimit: config.Seats, ConcurrencyDenominator: config.Seats})
-	return &Queue{config: config, set: set, perPlane: newPlaneSeats(config.PlaneSeats)}, nil
+	return &Queue{config: config, set: set,
+		perPlane: newPlaneSeats(config.PlaneSeats, config.CPUs, config.ActiveWindow, config.Clock),
+		root:     newPlaneSeats(config.PlaneSeats, config.PlaneSeats, config.ActiveWindow, config.Clock)}, nil
 }
 
 func orDefault(v, def int) int {
@@ -108,7 +137,7 @@ func (q *Queue) Filter(next http.Handler, serializer runtime.NegotiatedSerialize
 			next.ServeHTTP(w, req)
 			return
 		}
-		if !q.serve(ctx, plane, info, func() { next.ServeHTTP(w, req) }) {
+		if !q.serve(ctx, plane, info, func(ctx context.Context) { next.ServeHTTP(w, req.WithContext(ctx)) }) {
 			err := apierrors.NewTooManyRequests(fmt.Sprintf(
 				"plane %s has too many requests waiting for the server; retry (its requests queue fairly with other planes')", plane), 1)
 			responsewriters.ErrorNegotiated(err, serializer, schema.GroupVersion{Version: "v1"}, w, req)
@@ -116,16 +145,20 @@ func (q *Queue) Filter(next http.Handler, serializer runtime.NegotiatedSerialize
 	})
 }
 
-// serve runs execute once plane's request gets a seat and reports
-// whether it ran.
-func (q *Queue) serve(ctx context.Context, plane string, info *request.RequestInfo, execute func()) bool {
+// serve runs execute, with a context that holds the request's seat, once
+// plane's request gets one, and reports whether it ran.
+func (q *Queue) serve(ctx context.Context, plane string, info *request.RequestInfo, execute func(context.Context)) bool {
 	waitCtx, cancel := context.WithTimeout(ctx, q.config.QueueWait)
 	defer cancel()
-	release, ok := q.perPlane.acquire(waitCtx, plane)
+	seats := q.perPlane
+	if plane == planes.Root {
+		seats = q.root
+	}
+	seat, ok := seats.acquire(waitCtx, plane)
 	if !ok {
 		return false
 	}
-	defer release()
+	defer seat.release()
 	// One seat per request: upstream's estimator sizes a LIST by the
 	// resource's object count across the whole server, which here is
 	// every plane's, not the listing plane's.
@@ -137,7 +170,7 @@ func (q *Queue) serve(ctx context.Context, plane string, info *request.RequestIn
 	ran := false
 	r.Finish(func() {
 		ran = true
-		execute()
+		execute(planes.WithSeat(ctx, seat))
 	})
 	return ran
 }

@@ -56,7 +56,7 @@ func cachedStorage(transform Transform) generic.StorageDecorator {
 			destroyRaw()
 			return nil, nil, err
 		}
-		delegator := cacherstorage.NewCacheDelegator(cacher, raw)
+		delegator := cacherstorage.NewCacheDelegator(cacher, yielding{raw})
 		return delegator, func() {
 			delegator.Stop()
 			cacher.Stop()

@@ -6,6 +6,8 @@ import (
 
 	webhookutil "k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes"
 )
 
 // planeLimit bounds the webhook calls of one plane in flight at once.
@@ -49,6 +51,23 @@ func (t limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // WrappedRoundTripper lets client-go see through the wrapper.
 func (t limitedTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
+// yieldSeat gives the calling request's plane seat up for the webhook
+// call (planes.Seat): a webhook that reads its plane back would otherwise
+// wait for the request that waits on it when the plane is at its share of
+// the server.
+func yieldSeat(rt http.RoundTripper) http.RoundTripper { return yieldingTransport{next: rt} }
+
+type yieldingTransport struct{ next http.RoundTripper }
+
+func (t yieldingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	back := planes.YieldSeat(req.Context())
+	defer back()
+	return t.next.RoundTrip(req)
+}
+
+// WrappedRoundTripper lets client-go see through the wrapper.
+func (t yieldingTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
+
 // ResolverWrapper returns the authentication resolver wrapper of webhook
 // clients that belong to no plane's bound (CRD conversion webhooks, whose
 // handlers planes with identical CRDs share): no server credentials, the
@@ -69,6 +88,7 @@ func egressResolverWrapper(policy *EgressPolicy, limit *planeLimit) webhookutil.
 		config := func() *rest.Config {
 			c := &rest.Config{UserAgent: rest.DefaultKubernetesUserAgent(), Dial: policy.DialContext}
 			c.Wrap(limit.wrap)
+			c.Wrap(yieldSeat)
 			return c
 		}
 		return &webhookutil.AuthenticationInfoResolverDelegator{

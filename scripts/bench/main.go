@@ -221,6 +221,10 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 }
 
 func main() {
+	if orders := os.Getenv(floodEnv); orders != "" {
+		runFloodChild(orders)
+		return
+	}
 	f := parseFlags()
 
 	bin, err := filepath.Abs(*f.binary)

@@ -54,11 +54,11 @@ func noisyNeighborScenario(binary string, p noisyParams) (Result, error) {
 			"seats": p.Seats},
 		Figures: figures,
 		Notes: []string{
-			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (4 seats per CPU); fair_<n>_*: --plane-fairness-seats=<n>.",
+			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (32 seats per CPU, the CPUs shared among active planes); fair_<n>_*: --plane-fairness-seats=<n>.",
 			"b_get_* / b_list_*: plane B's GET of one ConfigMap and LIST of its namespace (objects ConfigMaps), one request at a time, alone then under plane A's flood.",
 			"*_ratio: B's p99 under flood divided by its p99 alone (goal <= 2).",
 			"a_ops_per_s: plane A's completed requests per second during the flood (429s retried by client-go count when they complete).",
-			"The load generator runs on the same machine as the server and shares its CPUs.",
+			"Plane A's load generator runs in a process of its own (another tenant's clients), B's client in the bench; both on the same machine as the server, sharing its CPUs.",
 		},
 	}, nil
 }
@@ -89,19 +89,30 @@ func noisyNeighborRun(binary string, p noisyParams, mode string, args []string, 
 	if err != nil {
 		return fmt.Errorf("plane B alone: %w", err)
 	}
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	flood(floodCtx, &wg, a, p, &done)
-	// Let the flood fill the server before B measures.
-	time.Sleep(2 * time.Second)
-	began, before := time.Now(), done.Load()
+	f, err := startFlood(s, "noisy-a", p)
+	if err != nil {
+		return err
+	}
+	defer f.stop()
+	if err := f.running(p.Writers + p.Listers); err != nil {
+		return fmt.Errorf("plane A's flood: %w", err)
+	}
+	began := time.Now()
+	before, err := f.completed()
+	if err != nil {
+		return err
+	}
 	flooded, err := quietReads(ctx, b, p.Ops)
-	rate := float64(done.Load()-before) / time.Since(began).Seconds()
-	stopFlood()
-	wg.Wait()
 	if err != nil {
 		return fmt.Errorf("plane B under flood: %w", err)
+	}
+	after, err := f.completed()
+	if err != nil {
+		return err
+	}
+	rate := float64(after-before) / time.Since(began).Seconds()
+	if err := f.stop(); err != nil {
+		return fmt.Errorf("plane A's flood: %w", err)
 	}
 	for verb, phases := range map[string][2][]time.Duration{"get": {alone.get, flooded.get}, "list": {alone.list, flooded.list}} {
 		for i, phase := range []string{"alone", "flood"} {

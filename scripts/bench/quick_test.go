@@ -14,6 +14,16 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
+// TestMain lets the test binary serve as the noisy-neighbor scenario's
+// flood process, as the bench binary does.
+func TestMain(m *testing.M) {
+	if orders := os.Getenv(floodEnv); orders != "" {
+		runFloodChild(orders)
+		return
+	}
+	os.Exit(m.Run())
+}
+
 // TestQuickBench runs every side-by-side scenario with --quick counts
 // against the real binary and checks that the harness wrote its JSON,
 // table and plots. It asserts that figures were produced, not what they
@@ -76,7 +86,11 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("services: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks, audit, services)
+	noisy, err := noisyNeighborScenario(binary, noisyParams{Writers: 4, Listers: 4, Ops: 20, Objects: 10})
+	if err != nil {
+		t.Fatalf("noisy-neighbor: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks, audit, services, noisy)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -92,7 +106,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1, "noisy-neighbor": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {
