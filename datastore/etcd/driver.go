@@ -8,9 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"kplane.dev/kplane/datastore/driver"
 )
 
@@ -85,18 +82,9 @@ func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, e
 }
 
 func checkEtcd(ctx context.Context, endpoints []string, cfg driver.Config) error {
-	tlsInfo := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
-	clientCfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second}
-	if cfg.CAFile != "" || cfg.CertFile != "" {
-		tlsConfig, err := tlsInfo.ClientConfig()
-		if err != nil {
-			return fmt.Errorf("datastore %q: client TLS: %v", driver.Redact(strings.Join(endpoints, ",")), err)
-		}
-		clientCfg.TLS = tlsConfig
-	}
-	client, err := clientv3.New(clientCfg)
+	client, err := driver.NewClient(endpoints, cfg.CAFile, cfg.CertFile, cfg.KeyFile)
 	if err != nil {
-		return fmt.Errorf("datastore %q is unreachable: %v", driver.Redact(strings.Join(endpoints, ",")), err)
+		return err
 	}
 	defer client.Close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
