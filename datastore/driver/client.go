@@ -7,12 +7,14 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // NewClient is an etcd client for endpoints with the client TLS files (none
 // for plain http or kine's socket), as the apiserver connects to them.
 func NewClient(endpoints []string, caFile, certFile, keyFile string) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second}
+	// Its errors are returned; its own log would repeat them in another format.
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	if caFile != "" || certFile != "" {
 		tlsInfo := transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: caFile}
 		tlsConfig, err := tlsInfo.ClientConfig()
