@@ -101,6 +101,10 @@ type CompletedConfig struct {
 	EtcdTLS           datastore.TLS
 	// dataDirLock is held while the process lives (lockDataDir).
 	dataDirLock *os.File
+	// ServiceAccountIssuer is the base URL of every plane's service-account
+	// token issuer: this server's URL, or, joined with a token, the one
+	// every server of the datastore shares (a token names its issuer).
+	ServiceAccountIssuer string
 	// store is the datastore when joining started it already.
 	store *datastore.Datastore
 }
@@ -120,8 +124,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	var store *datastore.Datastore
+	issuer := c.ServerURL
 	if c.JoinToken != "" {
-		if store, err = c.join(ctx); err != nil {
+		if store, issuer, err = c.join(ctx); err != nil {
 			return CompletedConfig{}, err
 		}
 	}
@@ -132,7 +137,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		}
 		return CompletedConfig{}, err
 	}
-	completed.store = store
+	completed.store, completed.ServiceAccountIssuer = store, issuer
 	return completed, nil
 }
 
@@ -224,7 +229,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	apiConfig := &apiserver.Config{
 		BindAddress:       c.BindAddress,
 		Port:              c.Options.HTTPSPort,
-		ExternalURL:       c.ServerURL,
+		ExternalURL:       c.ServiceAccountIssuer,
 		ServingCertFile:   c.servingCert(),
 		ServingKeyFile:    c.servingKey(),
 		ClientCAFile:      c.CA.CertFile,

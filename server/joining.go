@@ -16,32 +16,33 @@ import (
 // join makes the data dir hold the credentials every server of the
 // datastore shares before any certificate is issued from them: the
 // datastore's (a later server) or this server's, stored there (the first).
-// It returns the datastore it started for it, for New. A refusal is one
-// line; nothing has been served and the datastore is left as it was.
-func (c *Config) join(ctx context.Context) (*datastore.Datastore, error) {
+// It returns the datastore it started for it, for New, and the planes'
+// service-account issuer base URL of every server. A refusal is one line;
+// nothing has been served and the datastore is left as it was.
+func (c *Config) join(ctx context.Context) (*datastore.Datastore, string, error) {
 	// Joining is for shared datastores only (validateJoin): none of them
 	// needs the kplane CA, which may not exist yet.
 	store, err := c.listenDatastore(ctx, datastore.TLS{})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	client, err := store.Client()
 	if err != nil {
 		store.Close()
-		return nil, err
+		return nil, "", err
 	}
 	defer client.Close()
 	joiner := join.Joiner{
-		KV: client, Token: c.JoinToken, Version: version.Version, DataDir: c.DataDir, Files: c.sharedFiles(),
-		Generate: c.ensureSharedCredentials,
+		KV: client, Token: c.JoinToken, Version: version.Version, Issuer: c.ServerURL,
+		DataDir: c.DataDir, Files: c.sharedFiles(), Generate: c.ensureSharedCredentials,
 	}
-	outcome, err := joiner.Join(ctx)
+	joined, err := joiner.Join(ctx)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("refusing to start: %w", err)
+		return nil, "", fmt.Errorf("refusing to start: %w", err)
 	}
-	logrus.WithField("datastore", store.Description).Info(string(outcome))
-	return store, nil
+	logrus.WithField("datastore", store.Description).WithField("serviceAccountIssuer", joined.ServiceAccountIssuer).Info(string(joined.Outcome))
+	return store, joined.ServiceAccountIssuer, nil
 }
 
 // sharedFiles are the credentials that make servers one kplane: the CA

@@ -42,6 +42,9 @@ type Joiner struct {
 	KV clientv3.KV
 	// Token seals and opens the record; Version is this kplane's.
 	Token, Version string
+	// Issuer is this server's service-account issuer base URL, stored
+	// when it is the first.
+	Issuer string
 	// DataDir names the data dir in errors; Files are its credentials.
 	DataDir string
 	Files   Files
@@ -50,20 +53,32 @@ type Joiner struct {
 	Generate func() error
 }
 
+// Result is what a server joined with.
+type Result struct {
+	Outcome Outcome
+	// ServiceAccountIssuer is the issuer base URL of every server.
+	ServiceAccountIssuer string
+}
+
 // Join leaves Files holding the credentials every server of the datastore
 // shares, or fails with one line and leaves an empty data dir empty: with
 // the record's (a later server), or with this server's own, stored as the
 // record (the first server; a data dir without a CA gets a new one).
-func (j Joiner) Join(ctx context.Context) (Outcome, error) {
+func (j Joiner) Join(ctx context.Context) (Result, error) {
+	outcome, issuer, err := j.join(ctx)
+	return Result{Outcome: outcome, ServiceAccountIssuer: issuer}, err
+}
+
+func (j Joiner) join(ctx context.Context) (Outcome, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	local, err := j.Files.Read()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	record, found, err := j.get(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if found {
 		return j.adopt(local, record, false)
@@ -71,24 +86,25 @@ func (j Joiner) Join(ctx context.Context) (Outcome, error) {
 	fresh := len(local.CACert) == 0
 	if fresh {
 		if err := j.refuseUnsealedKplane(ctx); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
 	if !local.complete() {
 		if err := j.Generate(); err != nil {
-			return "", err
+			return "", "", err
 		}
 		if local, err = j.Files.Read(); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
+	local.ServiceAccountIssuer = j.Issuer
 	sealed, err := Seal(j.Token, j.Version, local)
 	if err != nil {
-		return "", fmt.Errorf("sealing the shared credentials: %w", err)
+		return "", "", fmt.Errorf("sealing the shared credentials: %w", err)
 	}
 	created, current, err := j.create(ctx, sealed)
 	if err != nil || created {
-		return Stored, err
+		return Stored, j.Issuer, err
 	}
 	// Another server stored its record between our read and our create:
 	// its credentials win; ours are replaced if we made them just now.
@@ -99,29 +115,29 @@ func (j Joiner) Join(ctx context.Context) (Outcome, error) {
 // that holds another CA or signing key belongs to another kplane and is
 // refused, unless replace (its credentials were made by this start). An
 // existing token file is kept: an operator may have added tokens to it.
-func (j Joiner) adopt(local Credentials, record []byte, replace bool) (Outcome, error) {
+func (j Joiner) adopt(local Credentials, record []byte, replace bool) (Outcome, string, error) {
 	shared, err := Open(j.Token, j.Version, record)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if !replace {
 		if len(local.CACert) > 0 && !bytes.Equal(local.CACert, shared.CACert) {
-			return "", fmt.Errorf("data dir %s holds another CA (%s) than the kplane of this datastore: it belongs to another kplane; join with an empty data dir", j.DataDir, j.Files.CACert)
+			return "", "", fmt.Errorf("data dir %s holds another CA (%s) than the kplane of this datastore: it belongs to another kplane; join with an empty data dir", j.DataDir, j.Files.CACert)
 		}
 		if len(local.ServiceAccountKey) > 0 && !bytes.Equal(local.ServiceAccountKey, shared.ServiceAccountKey) {
-			return "", fmt.Errorf("data dir %s holds another service-account signing key (%s) than the kplane of this datastore: it belongs to another kplane; join with an empty data dir", j.DataDir, j.Files.ServiceAccountKey)
+			return "", "", fmt.Errorf("data dir %s holds another service-account signing key (%s) than the kplane of this datastore: it belongs to another kplane; join with an empty data dir", j.DataDir, j.Files.ServiceAccountKey)
 		}
 		if local.complete() {
-			return Matched, nil
+			return Matched, shared.ServiceAccountIssuer, nil
 		}
 		if len(local.Tokens) > 0 {
 			shared.Tokens = local.Tokens
 		}
 	}
 	if err := j.Files.Write(shared); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return Fetched, nil
+	return Fetched, shared.ServiceAccountIssuer, nil
 }
 
 // refuseUnsealedKplane fails when the datastore already serves a kplane

@@ -39,7 +39,7 @@ func startDatastore(t *testing.T) *clientv3.Client {
 func joiner(kv clientv3.KV, dir, token string) Joiner {
 	files := Files{CACert: filepath.Join(dir, "tls/ca.crt"), CAKey: filepath.Join(dir, "tls/ca.key"),
 		ServiceAccountKey: filepath.Join(dir, "tls/service-account.key"), Tokens: filepath.Join(dir, "tokens.csv")}
-	return Joiner{KV: kv, Token: token, Version: "v1.4.0", DataDir: dir, Files: files, Generate: func() error {
+	return Joiner{KV: kv, Token: token, Version: "v1.4.0", Issuer: "https://" + filepath.Base(dir), DataDir: dir, Files: files, Generate: func() error {
 		var c Credentials
 		for _, field := range c.fields() {
 			*field = []byte(rand.Text())
@@ -55,7 +55,7 @@ func TestServersStartingAtOnceAgreeOnOneSet(t *testing.T) {
 	kv := startDatastore(t)
 	const n = 4
 	joiners := make([]Joiner, n)
-	outcomes := make([]Outcome, n)
+	results := make([]Result, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -63,7 +63,7 @@ func TestServersStartingAtOnceAgreeOnOneSet(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcomes[i], errs[i] = joiners[i].Join(context.Background())
+			results[i], errs[i] = joiners[i].Join(context.Background())
 		}()
 	}
 	wg.Wait()
@@ -73,8 +73,11 @@ func TestServersStartingAtOnceAgreeOnOneSet(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("server %d: %v", i, errs[i])
 		}
-		if outcomes[i] == Stored {
+		if results[i].Outcome == Stored {
 			stored++
+		}
+		if results[i].ServiceAccountIssuer != results[0].ServiceAccountIssuer {
+			t.Fatalf("server %d issues tokens as %s, server 0 as %s", i, results[i].ServiceAccountIssuer, results[0].ServiceAccountIssuer)
 		}
 		got, err := joiners[i].Files.Read()
 		if err != nil {
@@ -87,11 +90,11 @@ func TestServersStartingAtOnceAgreeOnOneSet(t *testing.T) {
 		}
 	}
 	if stored != 1 {
-		t.Fatalf("%d servers stored their credentials (%v), want 1", stored, outcomes)
+		t.Fatalf("%d servers stored their credentials (%v), want 1", stored, results)
 	}
 	// A restart with the data dir it has: nothing to do.
-	if outcome, err := joiners[1].Join(context.Background()); err != nil || outcome != Matched {
-		t.Fatalf("restart: %s, %v", outcome, err)
+	if r, err := joiners[1].Join(context.Background()); err != nil || r.Outcome != Matched || r.ServiceAccountIssuer != results[0].ServiceAccountIssuer {
+		t.Fatalf("restart: %+v, %v", r, err)
 	}
 }
 
@@ -141,15 +144,15 @@ func TestAKplaneWithoutTokenIsNotSplit(t *testing.T) {
 	if err := first.Generate(); err != nil {
 		t.Fatal(err)
 	}
-	if outcome, err := first.Join(ctx); err != nil || outcome != Stored {
-		t.Fatalf("first server restarted with a token: %s, %v", outcome, err)
+	if r, err := first.Join(ctx); err != nil || r.Outcome != Stored {
+		t.Fatalf("first server restarted with a token: %+v, %v", r, err)
 	}
 	local, _ := first.Files.Read()
 	if !bytes.Equal(local.CACert, mustRecordCA(t, kv)) {
 		t.Fatal("the record holds another CA than the first server's")
 	}
-	if outcome, err := joiner(kv, t.TempDir(), testToken).Join(ctx); err != nil || outcome != Fetched {
-		t.Fatalf("second server then: %s, %v", outcome, err)
+	if r, err := joiner(kv, t.TempDir(), testToken).Join(ctx); err != nil || r.Outcome != Fetched || r.ServiceAccountIssuer != first.Issuer {
+		t.Fatalf("second server then: %+v, %v", r, err)
 	}
 }
 

@@ -38,13 +38,16 @@ const MinTokenLength = 16
 var ErrWrongToken = errors.New("the join token does not open the shared credentials stored in the datastore " +
 	"(not the token the first server was started with, or the record was altered)")
 
-// Credentials are what every server of one kplane shares, as the files'
-// contents (PEM, and the static token file's CSV).
+// Credentials are what every server of one kplane shares: the files'
+// contents (PEM, and the static token file's CSV) and the base URL of the
+// planes' service-account issuers (a token names its issuer, so one
+// accepted on every server needs one issuer on all).
 type Credentials struct {
-	CACert            []byte `json:"caCert"`
-	CAKey             []byte `json:"caKey"`
-	ServiceAccountKey []byte `json:"serviceAccountKey"`
-	Tokens            []byte `json:"tokens"`
+	CACert               []byte `json:"caCert"`
+	CAKey                []byte `json:"caKey"`
+	ServiceAccountKey    []byte `json:"serviceAccountKey"`
+	Tokens               []byte `json:"tokens"`
+	ServiceAccountIssuer string `json:"serviceAccountIssuer"`
 }
 
 // header is the record's clear part. All of it is the additional data of

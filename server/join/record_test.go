@@ -11,6 +11,7 @@ import (
 var testCredentials = Credentials{
 	CACert: []byte("ca cert"), CAKey: []byte("ca key"),
 	ServiceAccountKey: []byte("sa key"), Tokens: []byte("t,kplane-admin,kplane-admin,\"system:masters\"\n"),
+	ServiceAccountIssuer: "https://kplane-1.example:6443",
 }
 
 const testToken = "0123456789abcdef-join"
@@ -27,7 +28,7 @@ func TestSealOpenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equal(got, testCredentials) {
+	if !equal(got, testCredentials) || got.ServiceAccountIssuer != testCredentials.ServiceAccountIssuer {
 		t.Fatalf("opened %+v, sealed %+v", got, testCredentials)
 	}
 	again, _ := Seal(testToken, "v1.4.2", testCredentials)
@@ -129,6 +130,7 @@ func TestCompatible(t *testing.T) {
 	}
 }
 
+// equal compares the credentials kept in files.
 func equal(a, b Credentials) bool {
 	return bytes.Equal(a.CACert, b.CACert) && bytes.Equal(a.CAKey, b.CAKey) &&
 		bytes.Equal(a.ServiceAccountKey, b.ServiceAccountKey) && bytes.Equal(a.Tokens, b.Tokens)
