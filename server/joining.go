@@ -24,7 +24,7 @@ func (c *Config) join(ctx context.Context) (*datastore.Datastore, string, error)
 	// needs the kplane CA, which may not exist yet.
 	store, err := c.listenDatastore(ctx, datastore.TLS{})
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("refusing to start: %w", err)
 	}
 	client, err := store.Client()
 	if err != nil {

@@ -37,7 +37,7 @@ import (
 // the first work on the second, and the datastore holds them sealed only.
 // Then what must be refused is, with one line and a non-zero exit, the
 // running servers unaffected: a wrong token, a data dir of another kplane,
-// a record of another kplane version.
+// a record of another kplane version, an unreachable datastore.
 func TestJoinToken(t *testing.T) {
 	t.Parallel()
 	endpoint := framework.StartEtcd(t)
@@ -97,6 +97,23 @@ func TestJoinToken(t *testing.T) {
 		refusedStart(t, t.TempDir(), "stored by kplane v999.1.0, this server is kplane "+header.KplaneVersion, args...)
 		assertServing(t, one, two)
 	})
+
+	t.Run("unreachable datastore", func(t *testing.T) {
+		port, err := framework.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusedStart(t, t.TempDir(), "is unreachable", "--datastore-endpoint", "http://127.0.0.1:"+strconv.Itoa(port), "--join-token", token)
+	})
+
+	// A joined server restarted on its data dir finds the datastore's
+	// credentials there and goes on.
+	two.Stop()
+	two.Restart(t)
+	assertServing(t, one, two)
+	if !strings.Contains(two.Log(), "joined: the data dir holds the datastore's shared credentials") {
+		t.Error("the restarted server did not find its credentials matching the datastore's")
+	}
 }
 
 // assertOneKplane: the second server presents a certificate of the first's

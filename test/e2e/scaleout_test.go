@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -22,6 +23,9 @@ func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *f
 	shared := append([]string{"--datastore-endpoint", endpoint, "--join-token", framework.NewJoinToken(t)}, args...)
 	one = framework.StartServer(t, framework.Options{Args: shared})
 	two = framework.StartServer(t, framework.Options{Args: append([]string{"--disable-controllers", "--simulation=false"}, shared...)})
+	if !bytes.Equal(one.CAPEM(), two.CAPEM()) || one.AdminToken() != two.AdminToken() {
+		t.Fatal("the second server did not join the first: another CA or admin token")
+	}
 	return one, two
 }
 
