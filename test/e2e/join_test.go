@@ -98,6 +98,27 @@ func TestJoinToken(t *testing.T) {
 		assertServing(t, one, two)
 	})
 
+	// A datastore that serves a kplane but holds no record: its servers
+	// run without a token, and a new server must not make a CA of its own.
+	t.Run("a kplane without a record", func(t *testing.T) {
+		kv := etcdClient(t, endpoint)
+		ctx := context.Background()
+		original := recordOf(t, kv)
+		if _, err := kv.Delete(ctx, join.RecordKey); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := kv.Put(ctx, join.RecordKey, string(original)); err != nil {
+				t.Error(err)
+			}
+		}()
+		dir := t.TempDir()
+		refusedStart(t, dir, "restart its first server with the same --join-token", args...)
+		if _, err := os.Stat(filepath.Join(dir, "tls")); !os.IsNotExist(err) {
+			t.Errorf("the refused server made credentials: %v", err)
+		}
+	})
+
 	t.Run("unreachable datastore", func(t *testing.T) {
 		port, err := framework.FreePort()
 		if err != nil {
