@@ -60,7 +60,7 @@ func runServer(ctx context.Context, o *server.Options) error {
 	if err != nil {
 		return err
 	}
-	completed, err := config.Complete()
+	completed, err := config.Complete(ctx)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,8 @@ type Config struct {
 	ManifestsDir   string
 	// ServerURL is how local clients reach the root plane.
 	ServerURL string
+	// JoinToken is --join-token or the content of --join-token-file.
+	JoinToken string
 }
 
 // Config validates the options and resolves them.
@@ -52,6 +54,10 @@ func (o *Options) Config() (*Config, error) {
 	if tokenFile == "" {
 		tokenFile = filepath.Join(dataDir, "tokens.csv")
 	}
+	joinToken, err := o.joinToken()
+	if err != nil {
+		return nil, err
+	}
 	manifestsDir := filepath.Join(dataDir, "manifests")
 	if o.ManifestsDir != "" {
 		if manifestsDir, err = filepath.Abs(o.ManifestsDir); err != nil {
@@ -69,6 +75,7 @@ func (o *Options) Config() (*Config, error) {
 		KubeconfigPath: filepath.Join(dataDir, "admin.kubeconfig"),
 		ManifestsDir:   manifestsDir,
 		ServerURL:      "https://" + net.JoinHostPort(clientHost(bind), strconv.Itoa(o.HTTPSPort)),
+		JoinToken:      joinToken,
 	}, nil
 }
 
@@ -94,11 +101,18 @@ type CompletedConfig struct {
 	EtcdTLS           datastore.TLS
 	// dataDirLock is held while the process lives (lockDataDir).
 	dataDirLock *os.File
+	// ServiceAccountIssuer is the base URL of every plane's service-account
+	// token issuer: this server's URL, or, joined with a token, the one
+	// every server of the datastore shares (a token names its issuer).
+	ServiceAccountIssuer string
+	// store is the datastore when joining started it already.
+	store *datastore.Datastore
 }
 
 // Complete creates the data directory and the credentials (first start) or
-// loads them (later starts), and writes the admin kubeconfig.
-func (c *Config) Complete() (CompletedConfig, error) {
+// loads them (later starts), and writes the admin kubeconfig. With a join
+// token the shared credentials come from (or go to) the datastore first.
+func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return CompletedConfig{}, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -109,6 +123,28 @@ func (c *Config) Complete() (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, err
 	}
+	var store *datastore.Datastore
+	issuer := c.ServerURL
+	if c.JoinToken != "" {
+		if store, issuer, err = c.join(ctx); err != nil {
+			return CompletedConfig{}, err
+		}
+	}
+	completed, err := c.completeCredentials(lock)
+	if err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return CompletedConfig{}, err
+	}
+	completed.store, completed.ServiceAccountIssuer = store, issuer
+	return completed, nil
+}
+
+// completeCredentials creates or loads the CA, issues this server's
+// certificates from it, and ensures the signing key, the token file and
+// the admin kubeconfig.
+func (c *Config) completeCredentials(lock *os.File) (CompletedConfig, error) {
 	ca, err := credentials.EnsureCA(c.TLSDir)
 	if err != nil {
 		return CompletedConfig{}, err
@@ -180,18 +216,12 @@ func (c *Config) ipSANs() []net.IP {
 // New starts the datastore and builds the apiserver on it. Nothing is
 // served until Run.
 func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
-	store, err := datastore.Listen(ctx, datastore.Config{
-		Endpoint:    c.Options.DatastoreEndpoint,
-		DataDir:     c.DataDir,
-		CAFile:      c.Options.DatastoreCAFile,
-		CertFile:    c.Options.DatastoreCertFile,
-		KeyFile:     c.Options.DatastoreKeyFile,
-		EmbeddedTLS: c.EtcdTLS,
-		// kine's SQL latencies next to the apiserver's own on /metrics.
-		MetricsRegisterer: metrics.Registerer(),
-	})
-	if err != nil {
-		return nil, err
+	store := c.store
+	if store == nil {
+		var err error
+		if store, err = c.listenDatastore(ctx, c.EtcdTLS); err != nil {
+			return nil, err
+		}
 	}
 	policy, _ := bootstrap.ParsePolicy(c.Options.PlaneBootstrap)
 	profile, _ := apiserver.ParseProfile(c.Options.Profile)
@@ -199,7 +229,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	apiConfig := &apiserver.Config{
 		BindAddress:       c.BindAddress,
 		Port:              c.Options.HTTPSPort,
-		ExternalURL:       c.ServerURL,
+		ExternalURL:       c.ServiceAccountIssuer,
 		ServingCertFile:   c.servingCert(),
 		ServingKeyFile:    c.servingKey(),
 		ClientCAFile:      c.CA.CertFile,
@@ -258,6 +288,21 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	return &Server{config: c, datastore: store, api: api}, nil
+}
+
+// listenDatastore starts (or checks) the datastore; embedded is the
+// embedded etcd's TLS, unused by the other kinds.
+func (c *Config) listenDatastore(ctx context.Context, embedded datastore.TLS) (*datastore.Datastore, error) {
+	return datastore.Listen(ctx, datastore.Config{
+		Endpoint:    c.Options.DatastoreEndpoint,
+		DataDir:     c.DataDir,
+		CAFile:      c.Options.DatastoreCAFile,
+		CertFile:    c.Options.DatastoreCertFile,
+		KeyFile:     c.Options.DatastoreKeyFile,
+		EmbeddedTLS: embedded,
+		// kine's SQL latencies next to the apiserver's own on /metrics.
+		MetricsRegisterer: metrics.Registerer(),
+	})
 }
 
 // caSignature signs the CA for /cacerts with the admin token; a token too

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -85,5 +86,43 @@ func TestAuditFlagsValidated(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%s %s: %v, want an error naming the flag", args[0], args[1], err)
 		}
+	}
+}
+
+// --join-token (alias --token, KPLANE_JOIN_TOKEN) or --join-token-file,
+// only on a datastore other servers can share.
+func TestJoinTokenOptions(t *testing.T) {
+	const etcd = "http://127.0.0.1:2379"
+	token := strings.Repeat("t", 16)
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--join-token", token, "--datastore-endpoint", etcd}, ""},
+		{[]string{"--token", token, "--datastore-endpoint", "postgres://u@db/kplane"}, ""},
+		{[]string{"--join-token", token}, "needs a datastore several servers share"},
+		{[]string{"--join-token", token, "--datastore-endpoint", "etcd"}, "needs a datastore several servers share"},
+		{[]string{"--join-token", "short", "--datastore-endpoint", etcd}, "at least 16 characters"},
+		{[]string{"--join-token", token, "--join-token-file", "/x", "--datastore-endpoint", etcd}, "give one"},
+	} {
+		o := run(t, c.args...)
+		err := o.Validate()
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.err)
+		}
+	}
+
+	file := t.TempDir() + "/token"
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KPLANE_JOIN_TOKEN_FILE", file)
+	o := run(t, "--datastore-endpoint", etcd)
+	cfg, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.JoinToken != token {
+		t.Fatalf("token from KPLANE_JOIN_TOKEN_FILE: %q", cfg.JoinToken)
 	}
 }

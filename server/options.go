@@ -18,6 +18,7 @@ import (
 	"kplane.dev/kplane/planes/webhooks"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/join"
 	"kplane.dev/kplane/server/logging"
 	"kplane.dev/kplane/snapshot"
 )
@@ -32,6 +33,10 @@ type Options struct {
 	TokenFile   string
 
 	DatastoreEndpoint string
+	// JoinToken (or the content of JoinTokenFile) makes the servers of one
+	// shared datastore one kplane (package server/join).
+	JoinToken         string
+	JoinTokenFile     string
 	DatastoreCAFile   string
 	DatastoreCertFile string
 	DatastoreKeyFile  string
@@ -268,6 +273,8 @@ func (o *Options) Validate() error {
 	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
 		errs = append(errs, err.Error())
+	} else if err := o.validateJoin(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	for _, san := range o.TLSSANs {
 		if strings.TrimSpace(san) == "" || strings.ContainsAny(san, " /") {
@@ -311,4 +318,48 @@ func (o *Options) FairnessSeats() int {
 		return o.PlaneFairnessSeats
 	}
 	return defaultSeatsPerCPU * runtime.GOMAXPROCS(0)
+}
+
+// validateJoin checks the join token options: a join needs a datastore
+// that servers on other machines can reach.
+func (o *Options) validateJoin() error {
+	if o.JoinToken == "" && o.JoinTokenFile == "" {
+		return nil
+	}
+	if o.JoinToken != "" && o.JoinTokenFile != "" {
+		return fmt.Errorf("--join-token and --join-token-file: give one")
+	}
+	if o.JoinToken != "" {
+		if err := validateJoinToken(o.JoinToken); err != nil {
+			return err
+		}
+	}
+	switch kind, _ := datastore.KindOf(o.DatastoreEndpoint); kind {
+	case datastore.SQLite, datastore.EmbeddedEtcd:
+		return fmt.Errorf("--join-token needs a datastore several servers share (--datastore-endpoint https://etcd:2379, postgres://… or mysql://…); the %s datastore serves this server only", kind)
+	}
+	return nil
+}
+
+func validateJoinToken(token string) error {
+	if len(token) < join.MinTokenLength || strings.ContainsAny(token, " \t\r\n") {
+		return fmt.Errorf("--join-token must be at least %d characters without spaces (e.g. openssl rand -hex 32)", join.MinTokenLength)
+	}
+	return nil
+}
+
+// joinToken is the join token, read from --join-token-file if given.
+func (o *Options) joinToken() (string, error) {
+	if o.JoinTokenFile == "" {
+		return o.JoinToken, nil
+	}
+	data, err := os.ReadFile(o.JoinTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--join-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if err := validateJoinToken(token); err != nil {
+		return "", fmt.Errorf("--join-token-file %s: %w", o.JoinTokenFile, err)
+	}
+	return token, nil
 }

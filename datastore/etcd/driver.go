@@ -3,13 +3,11 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"kplane.dev/kplane/datastore/driver"
 )
@@ -85,18 +83,12 @@ func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, e
 }
 
 func checkEtcd(ctx context.Context, endpoints []string, cfg driver.Config) error {
-	tlsInfo := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
-	clientCfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second}
-	if cfg.CAFile != "" || cfg.CertFile != "" {
-		tlsConfig, err := tlsInfo.ClientConfig()
-		if err != nil {
-			return fmt.Errorf("datastore %q: client TLS: %v", driver.Redact(strings.Join(endpoints, ",")), err)
-		}
-		clientCfg.TLS = tlsConfig
-	}
-	client, err := clientv3.New(clientCfg)
-	if err != nil {
+	if err := dialAny(ctx, endpoints); err != nil {
 		return fmt.Errorf("datastore %q is unreachable: %v", driver.Redact(strings.Join(endpoints, ",")), err)
+	}
+	client, err := driver.NewClient(endpoints, cfg.CAFile, cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return err
 	}
 	defer client.Close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -110,4 +102,26 @@ func checkEtcd(ctx context.Context, endpoints []string, cfg driver.Config) error
 		}
 	}
 	return fmt.Errorf("datastore %q is unreachable: %v", driver.Redact(strings.Join(endpoints, ",")), lastErr)
+}
+
+// dialAny connects to the endpoints over TCP until one accepts. Nothing
+// listening is then one line at once, instead of the gRPC client's
+// reconnection attempts logged until its timeout.
+func dialAny(ctx context.Context, endpoints []string) error {
+	var dialer net.Dialer
+	var lastErr error
+	for _, ep := range endpoints {
+		u, err := url.Parse(ep)
+		if err != nil {
+			return err
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := dialer.DialContext(dctx, "tcp", u.Host)
+		cancel()
+		if err == nil {
+			return conn.Close()
+		}
+		lastErr = err
+	}
+	return lastErr
 }

@@ -59,7 +59,8 @@ type Config struct {
 	BindAddress net.IP
 	Port        int
 	// ExternalURL is how clients reach the server (https://host:port); it is
-	// the base of every plane's service-account issuer.
+	// the base of every plane's service-account issuer. Servers joined on
+	// one datastore share the first one's, so each accepts the others' tokens.
 	ExternalURL string
 
 	ServingCertFile string

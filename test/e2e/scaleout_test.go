@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -13,15 +14,18 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// startTwoServers starts two kplane servers on one datastore: the second
-// with a copy of the first's credentials (README, "Several servers") and,
-// until each plane's controllers run on one server only, without
-// controllers of its own. args go to both.
+// startTwoServers starts two kplane servers on one datastore with one join
+// token (README, "Several servers"): the second takes the first's
+// credentials from the datastore. Until each plane's controllers run on
+// one server only, the second runs none of its own. args go to both.
 func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
 	t.Helper()
-	one = framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", endpoint}, args...)})
-	two = framework.StartServer(t, framework.Options{DataDir: framework.JoinDataDir(t, one),
-		Args: append([]string{"--datastore-endpoint", endpoint, "--disable-controllers", "--simulation=false"}, args...)})
+	shared := append([]string{"--datastore-endpoint", endpoint, "--join-token", framework.NewJoinToken(t)}, args...)
+	one = framework.StartServer(t, framework.Options{Args: shared})
+	two = framework.StartServer(t, framework.Options{Args: append([]string{"--disable-controllers", "--simulation=false"}, shared...)})
+	if !bytes.Equal(one.CAPEM(), two.CAPEM()) || one.AdminToken() != two.AdminToken() {
+		t.Fatal("the second server did not join the first: another CA or admin token")
+	}
 	return one, two
 }
 
