@@ -63,12 +63,20 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 		return nil, err
 	}
 	if !c.config.DisableControllers {
-		if err := add(leader.ControllersLease, func(ctx context.Context) { s.controllers.Run(ctx, s.planes) }); err != nil {
+		err := add(leader.ControllersLease, func(ctx context.Context) {
+			if waitFor(ctx, s.planes.HasSynced) == nil {
+				s.controllers.Run(ctx, s.planes)
+			}
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
 	if s.simulation != nil {
 		err := add(leader.SimulationLease, func(ctx context.Context) {
+			if waitFor(ctx, s.planes.HasSynced) != nil {
+				return
+			}
 			if err := s.simulation.Run(ctx); err != nil {
 				logrus.WithError(err).Error("workload simulation stopped")
 			}
@@ -81,7 +89,9 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 }
 
 // planesTerm runs the plane lifecycle, the CRD conditions, the Fleets and
-// --manifests-dir until ctx is done.
+// --manifests-dir until ctx is done. The CRD conditions start at once:
+// the root plane's CRDs (Plane, Fleet) are established by them, and the
+// rest waits for Planes to be served and known.
 func (e *electors) planesTerm(ctx context.Context, s components, applier func() (*autoapply.Applier, error)) {
 	var running sync.WaitGroup
 	run := func(f func()) {
@@ -103,7 +113,13 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 			logrus.WithError(err).Error("manifests directory cannot be applied")
 		} else {
 			pass := make(chan struct{})
-			run(func() { a.Run(ctx, pass) })
+			// Manifests may create planes: the plane manager must know
+			// every plane first.
+			run(func() {
+				if waitFor(ctx, s.planes.HasSynced) == nil {
+					a.Run(ctx, pass)
+				}
+			})
 			run(func() {
 				select {
 				case <-pass:

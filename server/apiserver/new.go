@@ -313,16 +313,13 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		return waitFor(ctx, s.planes.HasSynced)
 	})
 	server.AddPostStartHookOrDie("kplane-controllers", func(ctx genericapiserver.PostStartHookContext) error {
-		// Controllers address planes with requests that never provision
-		// one: they campaign once every existing plane is known. Readiness
-		// waits for the first pass over --manifests-dir when this server
-		// runs it, or until another server is seen running it.
-		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
-			return err
-		}
-		if err := waitFor(ctx, s.planes.HasSynced); err != nil {
-			return nil
-		}
+		// Campaigning starts at once: the root CRDs the other hooks wait
+		// for are established by the holder of the plane lifecycle's
+		// Lease. Each term waits for what it needs (controllers address
+		// planes with requests that never provision one: they start once
+		// every existing plane is known). Readiness waits for the first
+		// pass over --manifests-dir when this server runs it, or until
+		// another server is seen running it.
 		s.electors.run(ctx)
 		return s.electors.waitForManifests(ctx)
 	})

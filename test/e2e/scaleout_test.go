@@ -14,14 +14,14 @@ import (
 )
 
 // startTwoServers starts two kplane servers on one datastore: the second
-// with a copy of the first's credentials (README, "Several servers") and,
-// until each plane's controllers run on one server only, without
-// controllers of its own. args go to both.
+// with a copy of the first's credentials (README, "Several servers"). The
+// controllers run on one of them at a time (their Leases). args go to
+// both.
 func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
 	t.Helper()
 	one = framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", endpoint}, args...)})
 	two = framework.StartServer(t, framework.Options{DataDir: framework.JoinDataDir(t, one),
-		Args: append([]string{"--datastore-endpoint", endpoint, "--disable-controllers", "--simulation=false"}, args...)})
+		Args: append([]string{"--datastore-endpoint", endpoint}, args...)})
 	return one, two
 }
 
