@@ -183,6 +183,7 @@ func New(config Config) (*Manager, error) {
 				obj = tomb.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok {
+				m.forgetDeleted(u)
 				m.enqueue(u.GetName())
 			}
 		},
@@ -243,6 +244,19 @@ func (m *Manager) observe(obj any) {
 		m.holdForReset(u.GetName())
 	}
 	m.enqueue(u.GetName())
+}
+
+// forgetDeleted forgets a plane whose Plane is gone, on every server:
+// what a server keeps for a plane (phase, allocations, caches) must not
+// outlive it wherever the plane's deletion ran.
+func (m *Manager) forgetDeleted(u *unstructured.Unstructured) {
+	m.mu.RLock()
+	s := m.state[u.GetName()]
+	same := s != nil && s.uid == u.GetUID()
+	m.mu.RUnlock()
+	if same && u.GetName() != planes.Root {
+		m.forget(u.GetName())
+	}
 }
 
 // planeQueue is one term's reconcile queue.
@@ -354,6 +368,14 @@ func (m *Manager) UID(plane string) (types.UID, bool) {
 	return s.uid, true
 }
 
+// Exists reports whether plane is known (root included).
+func (m *Manager) Exists(plane string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.state[plane]
+	return ok
+}
+
 // Count is the number of planes (root excluded).
 func (m *Manager) Count() int {
 	m.mu.RLock()
@@ -408,9 +430,16 @@ func (m *Manager) RunControllers(ctx context.Context) {
 	q := &planeQueue{workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"})}
 	m.queue.Store(q)
+	// Every Plane, and every plane known without one (deleted while no
+	// term ran here).
 	for _, name := range m.informer.GetStore().ListKeys() {
 		q.Add(name)
 	}
+	m.mu.RLock()
+	for name := range m.state {
+		q.Add(name)
+	}
+	m.mu.RUnlock()
 	var workers sync.WaitGroup
 	for i := 0; i < 4; i++ {
 		workers.Add(1)

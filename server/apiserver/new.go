@@ -80,7 +80,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if core.Services != nil {
 		forget = append(forget, core.Services)
 	}
-	forget = append(forget, customResources, genericControllers, c.metrics,
+	forget = append(forget, customResources, genericControllers, c.metrics, c.planesAdmission,
 		c.webhooks.validating, c.webhooks.mutating, c.policies)
 	manager, enforcer, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(c.withAudit(forget), sim))
 	if err != nil {
@@ -207,6 +207,9 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 	}
 	enforcer.Bind(manager)
 	c.planesAdmission.SetPlaneCounter(manager)
+	if configMaps := c.storage.Storage(schema.GroupResource{Resource: "configmaps"}); configMaps != nil {
+		c.planesAdmission.SetAdmittedStore(configMaps)
+	}
 	if c.audit != nil {
 		c.audit.planes.manager.Store(manager)
 	}

@@ -284,3 +284,65 @@ func memberUIDs(t *testing.T, s *framework.Server, fleet string) map[string]type
 	}
 	return out
 }
+
+// TestMaxPlanesAcrossServers: --max-planes counts the planes of every
+// server on the datastore: twelve Planes created at once through two
+// servers with --max-planes 4 leave exactly four, the others refused with
+// 403 naming the limit; a deleted plane frees its place on the other
+// server.
+func TestMaxPlanesAcrossServers(t *testing.T) {
+	t.Parallel()
+	servers := startServersOnEtcd(t, 2, "--max-planes", "4", "--simulation=false")
+	ctx := context.Background()
+	const n = 12
+	errs := make([]error, n)
+	done := make(chan int, n)
+	for i := range n {
+		go func() {
+			p := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": fmt.Sprintf("cap-%d", i)}}}
+			_, errs[i] = servers[i%2].Dynamic(t, "root").Resource(planeGVR).Create(ctx, p, metav1.CreateOptions{})
+			done <- i
+		}()
+	}
+	for range n {
+		<-done
+	}
+	created := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			created++
+		case !strings.Contains(err.Error(), "plane limit reached") || !strings.Contains(err.Error(), "--max-planes"):
+			t.Fatalf("cap-%d: want created or 403 naming --max-planes, got %v", i, err)
+		}
+	}
+	if created != 4 {
+		t.Fatalf("%d of %d Planes created through two servers with --max-planes 4, want 4", created, n)
+	}
+	for _, s := range servers {
+		list, err := s.Dynamic(t, "root").Resource(planeGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(list.Items) - 1; got != 4 { // root is a Plane too
+			t.Fatalf("%d planes stored, want 4", got)
+		}
+	}
+	var victim string
+	for i, err := range errs {
+		if err == nil {
+			victim = fmt.Sprintf("cap-%d", i)
+			break
+		}
+	}
+	if err := servers[0].Dynamic(t, "root").Resource(planeGVR).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "a plane in the freed place, through the other server", func(ctx context.Context) error {
+		p := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": "cap-again"}}}
+		_, err := servers[1].Dynamic(t, "root").Resource(planeGVR).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+}
