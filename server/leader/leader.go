@@ -22,9 +22,11 @@ type Timing struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// DefaultTiming takes over a dead server's work within 14 s, and gives a
-// leader on a loaded 2-core machine four tries (every 2 s) to renew.
-var DefaultTiming = Timing{LeaseDuration: 12 * time.Second, RenewDeadline: 8 * time.Second, RetryPeriod: 2 * time.Second}
+// DefaultTiming takes over a dead server's work within about 12 s: the
+// Lease's 10 s and one retry (client-go waits 1 to 2.2 s between tries).
+// A holder on a loaded 2-core machine has 7 s, three tries or more, to
+// renew; it stops its work 3 s or more before another may start.
+var DefaultTiming = Timing{LeaseDuration: 10 * time.Second, RenewDeadline: 7 * time.Second, RetryPeriod: time.Second}
 
 // Config is one kind of work and its Lease.
 type Config struct {

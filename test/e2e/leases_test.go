@@ -22,8 +22,8 @@ import (
 var controllerLeases = []string{"kplane-planes", "kplane-controllers", "kplane-simulation"}
 
 // leaseTakeover is the longest a dead holder's work may wait for another
-// server: the Lease's duration (12 s) and one retry (2 s), and a second
-// for polling.
+// server: the Lease's duration (10 s), one retry (up to 2.2 s), and
+// polling and a loaded machine's delays.
 const leaseTakeover = 15 * time.Second
 
 // startServersOnEtcd starts n servers named s1..sn on one external etcd,
