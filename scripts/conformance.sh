@@ -16,6 +16,7 @@
 #   CONFORMANCE_FOCUS          specs to select (default: sig-api-machinery conformance)
 #   CONFORMANCE_SKIP           further specs to skip, a regular expression
 #   CONFORMANCE_SPEC_TIMEOUT   per-spec timeout (default 3m)
+#   CONFORMANCE_SLOW           1: run the [Slow] specs too, each with a 15m timeout
 #   CONFORMANCE_PARALLEL       specs run at once (default 4; [Serial] ones alone)
 #   CONFORMANCE_OUT            results directory (default bin/conformance/results)
 #   CONFORMANCE_E2E_ARGS       further e2e.test flags, space-separated
@@ -100,6 +101,7 @@ args=(--e2e "$e2e" --kubeconfig "$work/kubeconfig" --out "$out"
 [[ -n ${CONFORMANCE_FOCUS:-} ]] && args+=(--focus "$CONFORMANCE_FOCUS")
 [[ -n ${CONFORMANCE_SKIP:-} ]] && args+=(--skip "$CONFORMANCE_SKIP")
 [[ -n ${CONFORMANCE_E2E_ARGS:-} ]] && args+=(--e2e-args "$CONFORMANCE_E2E_ARGS")
+[[ ${CONFORMANCE_SLOW:-0} == 1 ]] && args+=(--slow)
 [[ ${CONFORMANCE_ALLOW_FAILURES:-0} == 1 ]] && args+=(--allow-failures)
 
 status=0

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	fq "k8s.io/apiserver/pkg/util/flowcontrol/fairqueuing"
@@ -19,7 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/util/flowcontrol/metrics"
 	fcrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
 
-	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/auth"
 )
 
 // PriorityLevel names the one priority level of plane requests in
@@ -102,10 +101,9 @@ func orDefault(v, def int) int {
 func (q *Queue) Filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
-		plane, ok := planes.FromContext(ctx)
+		plane, ok := auth.TenantPlane(ctx)
 		info, _ := request.RequestInfoFrom(ctx)
-		u, _ := request.UserFrom(ctx)
-		if !ok || info == nil || (u != nil && u.GetName() == user.APIServerUser) ||
+		if !ok || info == nil ||
 			(q.config.LongRunning != nil && q.config.LongRunning(req, info)) {
 			next.ServeHTTP(w, req)
 			return

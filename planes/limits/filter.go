@@ -10,11 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
-	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/auth"
 )
 
 // bucket is a plane's token bucket and the rate it was made for, so that
@@ -33,8 +32,8 @@ type bucket struct {
 func (e *Enforcer) Filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
-		plane, ok := planes.FromContext(ctx)
-		if u, _ := request.UserFrom(ctx); !ok || (u != nil && u.GetName() == user.APIServerUser) {
+		plane, ok := auth.TenantPlane(ctx)
+		if !ok {
 			next.ServeHTTP(w, req)
 			return
 		}

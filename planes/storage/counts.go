@@ -29,10 +29,16 @@ type Usage struct {
 // datastore holds, so counts are right after a restart without a datastore
 // scan of their own. What is kept per object is its size (to take an
 // update's or deletion's old size off), keyed by uid.
+//
+// A tombstone (a plane's record of an inherited object it deleted) counts
+// its bytes but not as an object: deleting never raises the object count
+// a plane's limits are checked against.
 type Counts struct {
 	mu    sync.Mutex
 	per   map[*Store]map[string]*Usage
 	sizes map[*Store]map[types.UID]int64
+	// tombs are the uids whose record is a tombstone, few next to sizes.
+	tombs map[*Store]map[types.UID]struct{}
 	seen  map[*Store]*progress
 }
 
@@ -52,7 +58,7 @@ type waiter struct {
 // NewCounts returns empty counts.
 func NewCounts() *Counts {
 	return &Counts{per: map[*Store]map[string]*Usage{}, sizes: map[*Store]map[types.UID]int64{},
-		seen: map[*Store]*progress{}}
+		tombs: map[*Store]map[types.UID]struct{}{}, seen: map[*Store]*progress{}}
 }
 
 // Plane returns the number of objects plane holds.
@@ -200,6 +206,7 @@ func (c *Counts) drop(s *Store) {
 	c.mu.Lock()
 	delete(c.per, s)
 	delete(c.sizes, s)
+	delete(c.tombs, s)
 	if p := c.seen[s]; p != nil {
 		for _, w := range p.waiters {
 			due = append(due, w.counted)
@@ -219,6 +226,7 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	}
 	counts := map[string]*Usage{}
 	sizes := map[types.UID]int64{}
+	tombs := map[types.UID]struct{}{}
 	_ = meta.EachListItem(list, func(obj runtime.Object) error {
 		plane := planes.OfObject(obj)
 		u := counts[plane]
@@ -227,9 +235,14 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 			counts[plane] = u
 		}
 		size := s.EncodedSize(obj)
-		u.Objects++
 		u.Bytes += size
-		if uid := uidOf(obj); uid != "" {
+		uid := uidOf(obj)
+		if IsTombstone(obj) {
+			tombs[uid] = struct{}{}
+		} else {
+			u.Objects++
+		}
+		if uid != "" {
 			sizes[uid] = size
 		}
 		return nil
@@ -242,6 +255,7 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	c.mu.Lock()
 	c.per[s] = counts
 	c.sizes[s] = sizes
+	c.tombs[s] = tombs
 	due := c.advanceLocked(s, rv)
 	c.mu.Unlock()
 	callAll(due)
@@ -278,9 +292,11 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 	plane := planes.OfObject(ev.Object)
 	uid := uidOf(ev.Object)
 	var size int64
+	tomb := false
 	if ev.Type != watch.Deleted {
 		// Encoded outside the lock: it is the costly part.
 		size = s.EncodedSize(ev.Object)
+		tomb = IsTombstone(ev.Object)
 	}
 	rv, _ := strconv.ParseUint(resourceVersionOf(ev.Object), 10, 64)
 	var due []func()
@@ -290,6 +306,7 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 	if c.per[s] == nil {
 		c.per[s] = map[string]*Usage{}
 		c.sizes[s] = map[types.UID]int64{}
+		c.tombs[s] = map[types.UID]struct{}{}
 	}
 	u := c.per[s][plane]
 	if u == nil {
@@ -297,19 +314,31 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 		c.per[s][plane] = u
 	}
 	old, known := c.sizes[s][uid]
+	_, wasTomb := c.tombs[s][uid]
+	counted := known && !wasTomb
 	switch ev.Type {
 	case watch.Added, watch.Modified:
-		if !known {
+		if !counted && !tomb {
 			u.Objects++
+		} else if counted && tomb {
+			u.Objects--
 		}
 		u.Bytes += size - old
 		c.sizes[s][uid] = size
+		if tomb {
+			c.tombs[s][uid] = struct{}{}
+		} else {
+			delete(c.tombs[s], uid)
+		}
 	case watch.Deleted:
-		u.Objects--
+		if counted || !known {
+			u.Objects--
+		}
 		u.Bytes -= old
 		delete(c.sizes[s], uid)
+		delete(c.tombs[s], uid)
 	}
-	if u.Objects <= 0 {
+	if u.Objects <= 0 && u.Bytes <= 0 {
 		delete(c.per[s], plane)
 	}
 	due = c.advanceLocked(s, rv)

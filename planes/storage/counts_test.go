@@ -110,3 +110,51 @@ func TestWhenCountedWaitsForTheEvent(t *testing.T) {
 	c.drop(s)
 	expect(3, "a storage no longer followed")
 }
+
+// TestCountsTombstonesAreNotObjects: a plane that overrides an inherited
+// object and then deletes it holds a tombstone: its bytes count, the
+// object does not, so deleting never raises the object count; a reset that
+// removes the tombstone takes its bytes off.
+func TestCountsTombstonesAreNotObjects(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	override := counted("a", "one", 2, "x")
+	c.count(s, watch.Event{Type: watch.Added, Object: override})
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "two", 3, "x")})
+	if u := c.Usage("a"); u.Objects != 2 {
+		t.Fatalf("before the delete: %+v", u)
+	}
+	tomb := counted("a", "one", 4, "x")
+	if err := setLayerState(tomb, LayerDeleted); err != nil {
+		t.Fatal(err)
+	}
+	c.count(s, watch.Event{Type: watch.Modified, Object: tomb})
+	if u := c.Usage("a"); u.Objects != 1 || u.Bytes != s.EncodedSize(tomb)+s.EncodedSize(counted("a", "two", 3, "x")) {
+		t.Fatalf("after turning an override into a tombstone: %+v", u)
+	}
+	inherited := counted("a", "three", 5, "x")
+	if err := setLayerState(inherited, LayerDeleted); err != nil {
+		t.Fatal(err)
+	}
+	c.count(s, watch.Event{Type: watch.Added, Object: inherited})
+	if u := c.Usage("a"); u.Objects != 1 {
+		t.Fatalf("a tombstone of an inherited object counted as an object: %+v", u)
+	}
+	again := counted("a", "three", 6, "x")
+	if err := setLayerState(again, LayerRecreated); err != nil {
+		t.Fatal(err)
+	}
+	c.count(s, watch.Event{Type: watch.Modified, Object: again})
+	if u := c.Usage("a"); u.Objects != 2 {
+		t.Fatalf("an object created again over its tombstone not counted: %+v", u)
+	}
+	c.count(s, watch.Event{Type: watch.Deleted, Object: tomb})
+	c.count(s, watch.Event{Type: watch.Deleted, Object: again})
+	c.count(s, watch.Event{Type: watch.Deleted, Object: counted("a", "two", 7, "x")})
+	if u := c.Usage("a"); u != (Usage{}) {
+		t.Fatalf("after removing every record: %+v", u)
+	}
+	if len(c.tombs[s]) != 0 {
+		t.Fatalf("tombstones kept after their records went: %v", c.tombs[s])
+	}
+}

@@ -15,12 +15,15 @@ import (
 
 // config is the runner's command line.
 type config struct {
-	e2eBinary     string
-	kubeconfig    string
-	outDir        string
-	focus         string
-	skip          string
-	specTimeout   time.Duration
+	e2eBinary   string
+	kubeconfig  string
+	outDir      string
+	focus       string
+	skip        string
+	specTimeout time.Duration
+	// slow runs the [Slow] specs too, each with slowTimeout.
+	slow          bool
+	slowTimeout   time.Duration
 	parallel      int
 	allowFailures bool
 	extraArgs     []string
@@ -63,6 +66,8 @@ func parseFlags() config {
 	flag.StringVar(&cfg.focus, "focus", `\[sig-api-machinery\].*\[Conformance\]`, "regular expression selecting the specs")
 	flag.StringVar(&cfg.skip, "skip", "", "regular expression of further specs to skip (on top of the built-in skips)")
 	flag.DurationVar(&cfg.specTimeout, "spec-timeout", 3*time.Minute, "timeout of each spec")
+	flag.BoolVar(&cfg.slow, "slow", false, "run the [Slow] specs too (the chunking spec waits 10 minutes)")
+	flag.DurationVar(&cfg.slowTimeout, "slow-spec-timeout", 15*time.Minute, "timeout of each [Slow] spec under --slow")
 	flag.IntVar(&cfg.parallel, "parallel", 4, "specs run at once ([Serial] ones always alone)")
 	flag.BoolVar(&cfg.allowFailures, "allow-failures", false, "exit 0 even when specs fail")
 	flag.StringVar(&extra, "e2e-args", "", "further flags for e2e.test, space-separated")
@@ -89,7 +94,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.outDir, "specs"), 0o755); err != nil {
 		return 0, err
 	}
-	rules, err := skipRules(cfg.skip)
+	rules, err := skipRules(cfg.skip, cfg.slow)
 	if err != nil {
 		return 0, err
 	}

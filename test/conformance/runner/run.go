@@ -48,13 +48,17 @@ func runSpec(ctx context.Context, cfg config, s spec, index int) result {
 	}
 	defer logFile.Close()
 
+	timeout := cfg.specTimeout
+	if slowPattern.MatchString(s.Text) {
+		timeout = cfg.slowTimeout
+	}
 	args := append(cfg.e2eArgs(),
 		"--ginkgo.focus="+regexp.QuoteMeta(s.Text)+"$",
-		"--ginkgo.timeout="+cfg.specTimeout.String(),
-		"--ginkgo.poll-progress-after="+(cfg.specTimeout/2).String(),
+		"--ginkgo.timeout="+timeout.String(),
+		"--ginkgo.poll-progress-after="+(timeout/2).String(),
 		"--ginkgo.json-report="+report,
 		"--ginkgo.v")
-	runCtx, cancel := context.WithTimeout(ctx, cfg.specTimeout+killGrace)
+	runCtx, cancel := context.WithTimeout(ctx, timeout+killGrace)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, cfg.e2eBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -66,13 +70,13 @@ func runSpec(ctx context.Context, cfg config, s spec, index int) result {
 	res.Seconds = time.Since(start).Round(time.Second).Seconds()
 
 	if runCtx.Err() != nil && ctx.Err() == nil {
-		return res.failed("killed", fmt.Sprintf("killed: still running %s after the spec timeout of %s", killGrace, cfg.specTimeout))
+		return res.failed("killed", fmt.Sprintf("killed: still running %s after the spec timeout of %s", killGrace, timeout))
 	}
 	reports, err := readReports(report)
 	if err != nil {
 		return res.failed("no report", fmt.Sprintf("e2e.test wrote no report (%v): %v", runErr, err))
 	}
-	return res.from(reports, cfg.specTimeout)
+	return res.from(reports, timeout)
 }
 
 // from fills res from the spec's report.

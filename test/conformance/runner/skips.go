@@ -25,8 +25,8 @@ var defaultSkips = []skipRule{
 		"its set-up deploys a conversion webhook as a Pod behind a Service; a plane has no nodes to run it"},
 	{regexp.MustCompile(`Aggregator`),
 		"deploys the sample API server as a Pod and registers it as an APIService; a plane has no nodes to run it"},
-	{regexp.MustCompile(`\[Slow\]`),
-		"[Slow]: left out to keep the run short (the chunking spec waits 10 minutes for a continue token to expire)"},
+	{slowPattern,
+		"[Slow]: left out to keep the run short (the chunking spec waits 10 minutes for a continue token to expire; CONFORMANCE_SLOW=1 runs it)"},
 }
 
 // skipReason returns why text is skipped by rules, or "" when it runs.
@@ -39,10 +39,19 @@ func skipReason(rules []skipRule, text string) string {
 	return ""
 }
 
-// skipRules is defaultSkips plus the specs extra (a regular expression, may
-// be empty) matches.
-func skipRules(extra string) ([]skipRule, error) {
-	rules := append([]skipRule(nil), defaultSkips...)
+// slowPattern marks the specs that wait minutes on purpose.
+var slowPattern = regexp.MustCompile(`\[Slow\]`)
+
+// skipRules is defaultSkips (without the [Slow] rule when slow) plus the
+// specs extra (a regular expression, may be empty) matches.
+func skipRules(extra string, slow bool) ([]skipRule, error) {
+	var rules []skipRule
+	for _, r := range defaultSkips {
+		if slow && r.pattern.String() == slowPattern.String() {
+			continue
+		}
+		rules = append(rules, r)
+	}
 	if extra == "" {
 		return rules, nil
 	}
