@@ -76,32 +76,45 @@ func leaderMetrics(t *testing.T, s *framework.Server) (map[string]string, error)
 
 var leaderLine = regexp.MustCompile(`(?m)^kplane_controllers_leader\{controllers="([^"]+)",server="([^"]+)"\} (\d)`)
 
-// requireLeader waits until the metrics of servers say that want (and no
-// other) runs every Lease's work, and the Leases name it.
-func requireLeader(t *testing.T, servers map[string]*framework.Server, want string) {
+// requireHolders waits until, for every Lease, its holder is one of
+// servers, its metric says 1 there and 0 on the others, and (when want
+// names one) the holder is want. It returns the holders by Lease.
+func requireHolders(t *testing.T, servers map[string]*framework.Server, want string) map[string]string {
 	t.Helper()
-	framework.Eventually(t, framework.DefaultTimeout, want+" runs the controllers", func(ctx context.Context) error {
+	holders := map[string]string{}
+	framework.Eventually(t, framework.DefaultTimeout, "one live holder of every Lease", func(ctx context.Context) error {
+		var any *framework.Server
+		for _, s := range servers {
+			any = s
+		}
+		for _, lease := range controllerLeases {
+			holder, err := leaseHolder(ctx, any, t, lease)
+			if err != nil {
+				return err
+			}
+			if _, live := servers[holder]; !live || (want != "" && holder != want) {
+				return fmt.Errorf("Lease %s held by %q", lease, holder)
+			}
+			holders[lease] = holder
+		}
 		for name, s := range servers {
 			got, err := leaderMetrics(t, s)
 			if err != nil {
 				return err
 			}
-			value := "0"
-			if name == want {
-				value = "1"
-			}
 			for _, lease := range controllerLeases {
+				value := "0"
+				if holders[lease] == name {
+					value = "1"
+				}
 				if got[lease] != name+"="+value {
 					return fmt.Errorf("%s: kplane_controllers_leader of %s is %q, want %s=%s", name, lease, got[lease], name, value)
 				}
 			}
-			holder, err := leaseHolder(ctx, s, t, "kplane-planes")
-			if err != nil || holder != want {
-				return fmt.Errorf("Lease kplane-planes held by %q (%v)", holder, err)
-			}
 		}
 		return nil
 	})
+	return holders
 }
 
 // TestControllersMoveWhenLeaderDies: three servers on one etcd; the
@@ -117,7 +130,7 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 	t.Parallel()
 	all := startServersOnEtcd(t, 3)
 	byName := map[string]*framework.Server{"s1": all[0], "s2": all[1], "s3": all[2]}
-	requireLeader(t, byName, "s1")
+	requireHolders(t, byName, "s1")
 	ctx := context.Background()
 	one := all[0]
 
@@ -170,9 +183,8 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 	delete(byName, "s1")
 	two, three := all[1], all[2]
 
-	// The Leases move within the takeover bound.
-	var leader string
-	framework.Eventually(t, leaseTakeover+5*time.Second, "another server holding the Leases", func(ctx context.Context) error {
+	// The Leases move within the takeover bound (each to either server).
+	framework.Eventually(t, leaseTakeover+5*time.Second, "other servers holding the Leases", func(ctx context.Context) error {
 		for _, lease := range controllerLeases {
 			holder, err := leaseHolder(ctx, two, t, lease)
 			if err != nil {
@@ -181,18 +193,16 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 			if holder != "s2" && holder != "s3" {
 				return fmt.Errorf("%s held by %q", lease, holder)
 			}
-			if lease == "kplane-planes" {
-				leader = holder
-			}
 		}
 		return nil
 	})
 	took := time.Since(killed)
-	t.Logf("the Leases moved to %s %.1f s after the kill", leader, took.Seconds())
+	holders := requireHolders(t, byName, "")
+	leader := holders["kplane-planes"]
+	t.Logf("the Leases moved %.1f s after the kill: %v", took.Seconds(), holders)
 	if took > leaseTakeover {
 		t.Fatalf("takeover took %s, want at most %s", took, leaseTakeover)
 	}
-	requireLeader(t, byName, leader)
 
 	// The namespace deletion begun on s1 completes once its finalizer goes.
 	c2 := two.Client(t, plane)
@@ -222,8 +232,8 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 		t.Fatalf("kplane planes list does not name %s as OWNER of moving-0099 (%v):\n%s", leader, err, out)
 	}
 
-	// The leader hangs past its Lease: the other takes over; resumed, the
-	// hung one runs nothing and still serves.
+	// The lifecycle's holder hangs past its Lease: the other server takes
+	// every Lease; resumed, the hung one runs nothing and still serves.
 	hung, other := two, three
 	otherName := "s3"
 	if leader == "s3" {
@@ -240,7 +250,7 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 		return nil
 	})
 	hung.Resume(t)
-	requireLeader(t, byName, otherName)
+	requireHolders(t, byName, otherName)
 	if _, err := hung.Client(t, plane).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the server that lost the Leases no longer serves: %v", err)
 	}
@@ -252,7 +262,7 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 	// controllers again, afresh.
 	other.Stop()
 	delete(byName, otherName)
-	requireLeader(t, byName, leader)
+	requireHolders(t, byName, leader)
 	ch := hung.Client(t, plane)
 	if _, err := ch.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "again"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
