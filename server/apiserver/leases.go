@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/fleet"
@@ -147,24 +149,16 @@ func (e *electors) waitForManifests(ctx context.Context) error {
 	if e.firstPass == nil {
 		return nil
 	}
-	for {
+	_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		select {
 		case <-e.firstPass:
-			return nil
-		case <-ctx.Done():
-			return nil
-		case <-e.planes.Observed():
-			if h := e.planes.Holder(); h != "" && h != e.planes.Identity() {
-				return nil
-			}
-			select {
-			case <-e.firstPass:
-				return nil
-			case <-ctx.Done():
-				return nil
-			}
+			return true, nil
+		default:
 		}
-	}
+		holder := e.planes.Holder()
+		return holder != "" && holder != e.planes.Identity(), nil
+	})
+	return nil
 }
 
 // leases are the electors as metrics see them.

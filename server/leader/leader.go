@@ -50,9 +50,7 @@ type Elector struct {
 	holder  atomic.Value // string
 	// term is held by the running term: one term at a time, even when a
 	// won Lease starts the next before the last has returned.
-	term    sync.Mutex
-	started chan struct{} // closed once a holder (any) was seen
-	once    sync.Once
+	term sync.Mutex
 }
 
 // New checks config; Run campaigns.
@@ -63,7 +61,7 @@ func New(config Config) (*Elector, error) {
 	if config.Timing == (Timing{}) {
 		config.Timing = DefaultTiming
 	}
-	e := &Elector{config: config, started: make(chan struct{})}
+	e := &Elector{config: config}
 	e.holder.Store("")
 	return e, nil
 }
@@ -80,10 +78,6 @@ func (e *Elector) Leading() bool { return e.leading.Load() }
 // Holder is the server that holds the Lease as last observed ("" before
 // the first observation).
 func (e *Elector) Holder() string { return e.holder.Load().(string) }
-
-// Observed is closed once a holder of the Lease (this server or another)
-// was seen.
-func (e *Elector) Observed() <-chan struct{} { return e.started }
 
 // Run campaigns until ctx is done: a lost Lease ends the term (its
 // context is cancelled, and Run waits for it to return) and the server
@@ -126,7 +120,6 @@ func (e *Elector) campaign(ctx context.Context, lock resourcelock.Interface) {
 			},
 			OnNewLeader: func(identity string) {
 				e.holder.Store(identity)
-				e.once.Do(func() { close(e.started) })
 			},
 		},
 	})
