@@ -56,7 +56,10 @@ type Controller struct {
 	probeTo string
 
 	fleetInformer cache.SharedIndexInformer
-	queue         workqueue.TypedRateLimitingInterface[string]
+	// planeEvents is the controller's handler on the shared Plane
+	// informer, removed when Run returns.
+	planeEvents cache.ResourceEventHandlerRegistration
+	queue       workqueue.TypedRateLimitingInterface[string]
 	// provisions holds the members to create, in the order asked; its
 	// workers create and bootstrap them while reconciles go on.
 	provisions workqueue.TypedInterface[member]
@@ -93,7 +96,26 @@ type fleetState struct {
 	createBackoff time.Duration
 }
 
-// New returns a controller; Run starts it.
+// IndexPlanes adds the index of Planes by Fleet the controller reads to
+// the Plane informer, before it starts; once per informer.
+func IndexPlanes(planes cache.SharedIndexInformer) error {
+	if err := planes.AddIndexers(cache.Indexers{byFleet: func(obj any) ([]string, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if owner := ownerOf(u); owner != "" {
+				return []string{owner}, nil
+			}
+		}
+		return nil, nil
+	}}); err != nil {
+		return fmt.Errorf("indexing Planes by Fleet: %w", err)
+	}
+	return nil
+}
+
+// New returns a controller; Run starts it. A controller runs once: one
+// server of those sharing a datastore keeps the Fleets at a time, with a
+// controller of its own for each time it does (New again), so that what
+// one remembered never outlives its term.
 func New(config Config) (*Controller, error) {
 	if config.Parallelism <= 0 {
 		config.Parallelism = 16
@@ -126,21 +148,12 @@ func New(config Config) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_fleets"}),
 		provisions: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[member]{Name: "kplane_fleet_members"}),
 	}
-	if err := config.Planes.AddIndexers(cache.Indexers{byFleet: func(obj any) ([]string, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			if owner := ownerOf(u); owner != "" {
-				return []string{owner}, nil
-			}
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("indexing Planes by Fleet: %w", err)
-	}
-	if _, err := config.Planes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.planeEvents, err = config.Planes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.planeChanged(nil, obj) },
 		UpdateFunc: func(old, obj any) { c.planeChanged(old, obj) },
 		DeleteFunc: c.planeDeleted,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	c.fleetInformer = dynamicinformer.NewDynamicSharedInformerFactory(client, 0).ForResource(GVR).Informer()
@@ -171,6 +184,11 @@ func (c *Controller) HasSynced() bool {
 func (c *Controller) Run(ctx context.Context) {
 	defer c.queue.ShutDown()
 	defer c.provisions.ShutDown()
+	defer func() {
+		if err := c.config.Planes.RemoveEventHandler(c.planeEvents); err != nil {
+			logrus.WithError(err).Warn("fleet controller: removing its Plane handler")
+		}
+	}()
 	go c.fleetInformer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
 		return

@@ -245,6 +245,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
+		ServerName:                  c.Options.serverName(),
 		Profile:                     profile,
 		Simulation:                  sim,
 		CACert:                      c.CA.PEM,

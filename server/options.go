@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +58,10 @@ type Options struct {
 	// generic (KEP-4080's generic control plane: no pods, nodes, workloads
 	// or services, and no simulation).
 	Profile string
+
+	// ServerName names this server among those sharing a datastore (the
+	// holder of a controllers Lease); empty: <host name>:<https port>.
+	ServerName string
 
 	// DisableControllers runs no generic controllers (namespace deletion,
 	// garbage collection, service accounts): planes are API and storage only.
@@ -362,4 +367,17 @@ func (o *Options) joinToken() (string, error) {
 		return "", fmt.Errorf("--join-token-file %s: %w", o.JoinTokenFile, err)
 	}
 	return token, nil
+}
+
+// serverName is --server-name, or <host name>:<https port>: unique among
+// servers on one host and across hosts.
+func (o *Options) serverName() string {
+	if o.ServerName != "" {
+		return o.ServerName
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "kplane"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(o.HTTPSPort))
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"sort"
 	"strings"
+	"time"
 
 	"context"
 	"fmt"
@@ -28,6 +29,8 @@ var planesResource = schema.GroupResource{Group: "kplane.dev", Resource: "planes
 // PlaneCounter tells how many planes exist and how they are stacked.
 type PlaneCounter interface {
 	Count() int
+	// Exists reports whether plane is known (root included).
+	Exists(plane string) bool
 	// CheckTemplate reports why plane cannot be made from template.
 	CheckTemplate(plane, template string) error
 	// Dependents returns the planes made from plane.
@@ -47,6 +50,8 @@ type PlaneCounter interface {
 type noPlanes struct{}
 
 func (noPlanes) Count() int { return 0 }
+
+func (noPlanes) Exists(plane string) bool { return plane == planes.Root }
 func (noPlanes) CheckTemplate(_, template string) error {
 	return fmt.Errorf("plane %s does not exist", template)
 }
@@ -70,6 +75,8 @@ type Planes struct {
 	finalizer string
 	maxPlanes int
 	counter   PlaneCounter
+	// admitted holds --max-planes across servers once bound.
+	admitted *admitted
 }
 
 var _ admission.MutationInterface = &Planes{}
@@ -87,6 +94,23 @@ func NewPlanes(finalizer string, maxPlanes int) *Planes {
 // server serves.
 func (p *Planes) SetPlaneCounter(counter PlaneCounter) {
 	p.counter = counter
+}
+
+// SetAdmittedStore binds the root plane's ConfigMaps storage, where the
+// record of admitted planes is kept (see AdmittedRecord). It is called
+// once, before the server serves; without it --max-planes counts only the
+// planes this server knows.
+func (p *Planes) SetAdmittedStore(store admittedStore) {
+	p.admitted = &admitted{store: store, now: time.Now}
+}
+
+// ForgetPlane frees a deleted plane's place under --max-planes.
+func (p *Planes) ForgetPlane(plane string) {
+	if p.admitted != nil && p.maxPlanes > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.admitted.forget(ctx, plane)
+	}
 }
 
 // Factory returns an admission.Factory that always yields p.
@@ -218,12 +242,27 @@ func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		if err := planes.ValidateID(a.GetName()); err != nil {
 			return invalidPlane(a.GetName(), field.Invalid(field.NewPath("metadata", "name"), a.GetName(), err.Error()))
 		}
-		if p.maxPlanes > 0 && a.GetName() != planes.Root && p.counter.Count() >= p.maxPlanes {
-			return apierrors.NewForbidden(planesResource, a.GetName(), fmt.Errorf(
-				"plane limit reached: %d planes exist and the server allows %d (--max-planes); delete planes or raise the limit",
-				p.counter.Count(), p.maxPlanes))
+		if err := p.validateTemplate(a); err != nil {
+			return err
 		}
-		return p.validateTemplate(a)
+		return p.admitCount(ctx, a.GetName())
+	}
+	return nil
+}
+
+// admitCount holds --max-planes: through the record of admitted planes
+// when it is bound (servers sharing a datastore), else against the planes
+// this server knows.
+func (p *Planes) admitCount(ctx context.Context, plane string) error {
+	if p.maxPlanes <= 0 || plane == planes.Root {
+		return nil
+	}
+	if p.admitted != nil {
+		return p.admitted.admit(ctx, plane, p.maxPlanes, p.counter)
+	}
+	if n := p.counter.Count(); n >= p.maxPlanes {
+		return apierrors.NewForbidden(planesResource, plane, fmt.Errorf(
+			"plane limit reached: %d planes exist and the server allows %d (--max-planes); delete planes or raise the limit", n, p.maxPlanes))
 	}
 	return nil
 }

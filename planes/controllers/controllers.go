@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/sirupsen/logrus"
 	apiextensionsscheme "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/scheme"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	schemaresolver "k8s.io/apiserver/pkg/cel/openapi/resolver"
@@ -122,4 +124,49 @@ func (c *Controllers) ForgetPlane(plane string) {
 // resource or one of the plane's CRDs.
 func (c *Controllers) ForKind(ctx context.Context, plane string, gk schema.GroupKind) (schema.GroupVersionResource, bool, bool) {
 	return c.resolver.ForKind(ctx, plane, gk)
+}
+
+// Terms runs the generic controllers one term at a time: one server of
+// those sharing a datastore runs them, and a server that wins them again
+// after losing them builds them afresh (queues, the garbage collector's
+// graph and the followers of the caches all belong to one term).
+type Terms struct {
+	config Config
+	// kinds answers ForKind whether or not a term runs.
+	kinds   *Controllers
+	current atomic.Pointer[Controllers]
+}
+
+// NewTerms checks config by building the controllers once (they answer
+// ForKind); Run runs a term.
+func NewTerms(config Config) (*Terms, error) {
+	kinds, err := New(config)
+	if err != nil {
+		return nil, err
+	}
+	return &Terms{config: config, kinds: kinds}, nil
+}
+
+// Run runs the controllers until ctx is done, then forgets them.
+func (t *Terms) Run(ctx context.Context, phases clusterroleaggregation.Phases) {
+	c, err := New(t.config)
+	if err != nil {
+		logrus.WithError(err).Error("generic controllers cannot start")
+		return
+	}
+	t.current.Store(c)
+	defer t.current.CompareAndSwap(c, nil)
+	c.Run(ctx, phases)
+}
+
+// ForgetPlane drops what the running term keeps for a deleted plane.
+func (t *Terms) ForgetPlane(plane string) {
+	if c := t.current.Load(); c != nil {
+		c.ForgetPlane(plane)
+	}
+}
+
+// ForKind implements planes/policies.KindResolver.
+func (t *Terms) ForKind(ctx context.Context, plane string, gk schema.GroupKind) (schema.GroupVersionResource, bool, bool) {
+	return t.kinds.ForKind(ctx, plane, gk)
 }

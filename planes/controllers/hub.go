@@ -51,7 +51,13 @@ func newHub(registry *planestorage.Registry, subscribers []Subscriber) *hub {
 // have delivered their first full list.
 func (h *hub) run(ctx context.Context) {
 	h.startup.Store(true)
-	h.registry.OnNewStore(func(s *planestorage.Store) { h.follow(ctx, s) })
+	h.registry.OnNewStore(func(s *planestorage.Store) {
+		// The registry keeps the callback after the term that gave it
+		// ended: a later storage is not followed by an ended hub.
+		if ctx.Err() == nil {
+			h.follow(ctx, s)
+		}
+	})
 	h.mu.Lock()
 	h.startup.Store(false)
 	if h.pending == 0 {

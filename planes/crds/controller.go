@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -18,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -35,45 +36,70 @@ type crdKey struct{ plane, name string }
 // establishing and finalizing controllers keep in one cluster: one queue
 // for all planes, keyed by plane and CRD name.
 type Controller struct {
-	s     *Server
-	queue workqueue.TypedRateLimitingInterface[crdKey]
+	s *Server
+	// queue is the running term's (run), nil while this server does not
+	// keep the conditions: the index still follows every CRD.
+	queue atomic.Pointer[crdQueue]
+}
+
+// crdQueue is one term's queue.
+type crdQueue struct {
+	workqueue.TypedRateLimitingInterface[crdKey]
 }
 
 func newController(s *Server) *Controller {
-	return &Controller{s: s, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[crdKey](),
-		workqueue.TypedRateLimitingQueueConfig[crdKey]{Name: "kplane_crd_conditions"})}
+	return &Controller{s: s}
 }
 
 // enqueueGroupOf queues a changed CRD and every CRD of its group in its
 // plane: whether their names are accepted depends on each other.
 func (c *Controller) enqueueGroupOf(plane, name string) {
-	c.queue.Add(crdKey{plane, name})
+	q := c.queue.Load()
+	if q == nil {
+		return
+	}
+	q.Add(crdKey{plane, name})
 	_, group, _ := strings.Cut(name, ".")
 	entries, _ := c.s.index.List(plane)
 	for _, e := range entries {
 		if e.crd.Spec.Group == group && e.crd.Name != name {
-			c.queue.Add(crdKey{plane, e.crd.Name})
+			q.Add(crdKey{plane, e.crd.Name})
 		}
 	}
 }
 
+// run keeps the conditions until ctx is done; it can run again after it
+// returned, and then looks at every CRD anew.
 func (c *Controller) run(ctx context.Context) {
-	defer c.queue.ShutDown()
 	select {
 	case <-c.s.index.HasSynced():
 	case <-ctx.Done():
 		return
 	}
+	q := &crdQueue{workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[crdKey](),
+		workqueue.TypedRateLimitingQueueConfig[crdKey]{Name: "kplane_crd_conditions"})}
+	c.queue.Store(q)
+	for _, key := range c.s.index.ownKeys() {
+		q.Add(key)
+	}
+	var workers sync.WaitGroup
 	for i := 0; i < 2; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			c.worker(ctx, q)
+		}()
 	}
 	<-ctx.Done()
+	c.queue.CompareAndSwap(q, nil)
+	q.ShutDown()
+	workers.Wait()
 }
 
-func (c *Controller) worker(ctx context.Context) {
+func (c *Controller) worker(ctx context.Context, q *crdQueue) {
 	for {
-		key, shutdown := c.queue.Get()
+		key, shutdown := q.Get()
 		if shutdown {
 			return
 		}
@@ -81,19 +107,21 @@ func (c *Controller) worker(ctx context.Context) {
 		switch {
 		case err != nil:
 			log := logrus.WithError(err).WithFields(logrus.Fields{"plane": key.plane, "crd": key.name})
-			if c.queue.NumRequeues(key) > 5 {
+			if q.NumRequeues(key) > 5 {
 				log.Warn("CRD sync keeps failing, retrying")
 			} else {
 				log.Debug("CRD sync failed, retrying")
 			}
-			c.queue.AddRateLimited(key)
+			if ctx.Err() == nil {
+				q.AddRateLimited(key)
+			}
 		case requeueAfter > 0:
-			c.queue.Forget(key)
-			c.queue.AddAfter(key, requeueAfter)
+			q.Forget(key)
+			q.AddAfter(key, requeueAfter)
 		default:
-			c.queue.Forget(key)
+			q.Forget(key)
 		}
-		c.queue.Done(key)
+		q.Done(key)
 	}
 }
 

@@ -147,6 +147,19 @@ func (x *Index) List(plane string) ([]*entry, uint64) {
 	return out, version
 }
 
+// ownKeys are every plane's own CRDs (not those a plane inherits).
+func (x *Index) ownKeys() []crdKey {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []crdKey
+	for plane, p := range x.byPlane {
+		for name := range p.byName {
+			out = append(out, crdKey{plane, name})
+		}
+	}
+	return out
+}
+
 // HasAny reports whether plane serves at least one CRD. It is asked on
 // every request, so it allocates nothing for a plane made from nothing.
 func (x *Index) HasAny(plane string) bool {

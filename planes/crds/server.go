@@ -80,12 +80,17 @@ func New(config Config, notFound http.Handler) *Server {
 	return s
 }
 
-// Run follows the CRDs of every plane and keeps their conditions and
-// finalizers until ctx is done.
+// Run follows the CRDs of every plane (the index every server serves
+// from) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
-	go planestorage.Follow(ctx, s.config.CRDStorage, s.index)
-	s.controller.run(ctx)
+	planestorage.Follow(ctx, s.config.CRDStorage, s.index)
 }
+
+// RunConditions keeps every plane's CRD conditions and finalizers (upstream's
+// naming, establishing and finalizing controllers) until ctx is done; one
+// server of those sharing a datastore runs it at a time, and it can run
+// again after it returned.
+func (s *Server) RunConditions(ctx context.Context) { s.controller.run(ctx) }
 
 // SetStaticOpenAPI gives the server's own OpenAPI v2 spec (known once the
 // server runs); plane documents with CRDs are merged into it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -136,7 +137,10 @@ type Manager struct {
 	config   Config
 	planes   dynamic.NamespaceableResourceInterface
 	informer cache.SharedIndexInformer
-	queue    workqueue.TypedRateLimitingInterface[string]
+	// queue is the reconcile queue of the running term (RunControllers),
+	// nil while this server does not run the lifecycle: Planes are then
+	// only observed (phases, templates, limits) to serve requests.
+	queue    atomic.Pointer[planeQueue]
 	requests *tracker
 
 	mu    sync.RWMutex
@@ -168,8 +172,6 @@ func New(config Config) (*Manager, error) {
 		dependents:   map[string]map[string]struct{}{},
 		held:         map[string]*resetHold{},
 		provisioning: map[string]map[string]int{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"}),
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
 	m.informer = factory.ForResource(GVR).Informer()
@@ -181,7 +183,8 @@ func New(config Config) (*Manager, error) {
 				obj = tomb.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				m.queue.Add(u.GetName())
+				m.forgetDeleted(u)
+				m.enqueue(u.GetName())
 			}
 		},
 	}); err != nil {
@@ -240,7 +243,32 @@ func (m *Manager) observe(obj any) {
 	if holdForReset {
 		m.holdForReset(u.GetName())
 	}
-	m.queue.Add(u.GetName())
+	m.enqueue(u.GetName())
+}
+
+// forgetDeleted forgets a plane whose Plane is gone, on every server:
+// what a server keeps for a plane (phase, allocations, caches) must not
+// outlive it wherever the plane's deletion ran.
+func (m *Manager) forgetDeleted(u *unstructured.Unstructured) {
+	m.mu.RLock()
+	s := m.state[u.GetName()]
+	same := s != nil && s.uid == u.GetUID()
+	m.mu.RUnlock()
+	if same && u.GetName() != planes.Root {
+		m.forget(u.GetName())
+	}
+}
+
+// planeQueue is one term's reconcile queue.
+type planeQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+}
+
+// enqueue queues a plane for the running term, if any.
+func (m *Manager) enqueue(name string) {
+	if q := m.queue.Load(); q != nil {
+		q.Add(name)
+	}
 }
 
 // setTemplateLocked records which template plane name is made from.
@@ -340,6 +368,14 @@ func (m *Manager) UID(plane string) (types.UID, bool) {
 	return s.uid, true
 }
 
+// Exists reports whether plane is known (root included).
+func (m *Manager) Exists(plane string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.state[plane]
+	return ok
+}
+
 // Count is the number of planes (root excluded).
 func (m *Manager) Count() int {
 	m.mu.RLock()
@@ -368,9 +404,10 @@ func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
 // controllers to share; Run runs it.
 func (m *Manager) Informer() cache.SharedIndexInformer { return m.informer }
 
-// Run keeps the planes until ctx is done.
+// Run follows the planes until ctx is done: what every server needs to
+// serve them (phases, templates, limits, object counts). The work on them
+// (provisioning, deletion, reset, status) is RunControllers'.
 func (m *Manager) Run(ctx context.Context) {
-	defer m.queue.ShutDown()
 	go m.informer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
 		return
@@ -379,11 +416,43 @@ func (m *Manager) Run(ctx context.Context) {
 		logrus.WithError(err).Error("creating the root Plane")
 	}
 	m.config.Storage.OnNewStore(func(s *planestorage.Store) { go m.config.Counts.Follow(ctx, s) })
+	<-ctx.Done()
+}
+
+// RunControllers provisions, deletes and resets planes and writes their
+// status until ctx is done; one server of those sharing a datastore runs
+// it at a time. It can run again after it returned: every Plane is looked
+// at anew, so work a former holder left half done is finished.
+func (m *Manager) RunControllers(ctx context.Context) {
+	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+		return
+	}
+	q := &planeQueue{workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kplane_planes"})}
+	m.queue.Store(q)
+	// Every Plane, and every plane known without one (deleted while no
+	// term ran here).
+	for _, name := range m.informer.GetStore().ListKeys() {
+		q.Add(name)
+	}
+	m.mu.RLock()
+	for name := range m.state {
+		q.Add(name)
+	}
+	m.mu.RUnlock()
+	var workers sync.WaitGroup
 	for i := 0; i < 4; i++ {
-		go wait.UntilWithContext(ctx, m.worker, time.Second)
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			m.worker(ctx, q)
+		}()
 	}
 	go wait.UntilWithContext(ctx, m.writeCounts, m.config.StatusInterval)
 	<-ctx.Done()
+	m.queue.CompareAndSwap(q, nil)
+	q.ShutDown()
+	workers.Wait()
 }
 
 // ensureRoot makes the root plane visible as a Plane too.
@@ -401,19 +470,19 @@ func planeObject(name string, annotations map[string]string) *unstructured.Unstr
 	return p.Unstructured()
 }
 
-func (m *Manager) worker(ctx context.Context) {
+func (m *Manager) worker(ctx context.Context, q *planeQueue) {
 	for {
-		name, shutdown := m.queue.Get()
+		name, shutdown := q.Get()
 		if shutdown {
 			return
 		}
-		if err := m.reconcile(ctx, name); err != nil {
+		if err := m.reconcile(ctx, name); err != nil && ctx.Err() == nil {
 			logrus.WithError(err).WithField("plane", name).Warn("reconciling plane, retrying")
-			m.queue.AddRateLimited(name)
+			q.AddRateLimited(name)
 		} else {
-			m.queue.Forget(name)
+			q.Forget(name)
 		}
-		m.queue.Done(name)
+		q.Done(name)
 	}
 }
 

@@ -74,6 +74,7 @@ type benchFlags struct {
 	plainPlaneCount *int
 	plainBaseOnly   *bool
 	scenarioObjects *int
+	scaleoutOps     *int
 	scenarioMembers *int
 	quotaCreates    *int
 	quotaDeletes    *int
@@ -101,7 +102,7 @@ func parseFlags() *benchFlags {
 	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
 	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
 	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, "+strings.Join(sideBySideScenarios, ", "))
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
 	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -130,6 +131,7 @@ func parseFlags() *benchFlags {
 	f.policyPlanes = flag.Int("policy-planes", 1000, "planes holding one ValidatingAdmissionPolicy each in the policies scenario")
 	f.webhookCreates = flag.Int("webhook-creates", 300, "ConfigMaps created in each plane of the webhooks scenario's latency phase")
 	f.webhookPlanes = flag.Int("webhook-planes", 1000, "planes with (and as many without) a webhook in the webhooks scenario's memory phase")
+	f.scaleoutOps = flag.Int("scaleout-ops", 2000, "requests of each verb per server count in the scaleout scenario")
 	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
@@ -209,6 +211,9 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = noisyNeighborScenario(bin, noisyParams{Writers: *f.noisyWriters, Listers: *f.noisyListers, Ops: *f.noisyOps, Objects: 100, Seats: f.noisySeats})
 	case "services":
 		res, err = servicesScenario(bin, servicesParams{Creates: *f.serviceCreates, Old: *f.oldBinary})
+	case "scaleout":
+		res, err = scaleoutScenario(bin, scaleoutParams{Servers: []int{1, 2, 3}, Ops: *f.scaleoutOps, Workers: *f.workers,
+			Etcd: f.side.Etcd, CacheDir: f.side.CacheDir})
 	case "streams":
 		res, err = streamsScenario(bin, streamsParams{Streams: *f.streams, Users: *f.streamUsers, Objects: *f.streamObjects, ProfileDir: *f.profileDir})
 	default:

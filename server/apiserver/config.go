@@ -83,8 +83,11 @@ type Config struct {
 	// EnableProfiling serves /debug/pprof on the root plane (admin only).
 	EnableProfiling bool
 
-	// DisableControllers runs no generic controllers.
+	// DisableControllers runs no generic controllers, and never takes them
+	// over from another server.
 	DisableControllers bool
+	// ServerName names this server on the controllers' Leases.
+	ServerName string
 	// Profile is the API surface every plane serves (empty: full).
 	Profile Profile
 	// Simulation runs workloads in every plane (nil: API only). The

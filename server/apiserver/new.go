@@ -32,8 +32,8 @@ import (
 	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
+	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
-	"kplane.dev/kplane/server/autoapply"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
 	"kplane.dev/kplane/snapshot"
 )
@@ -67,7 +67,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	controllersConfig := controllers.Config{
 		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
 	}
-	genericControllers, err := controllers.New(controllersConfig)
+	genericControllers, err := controllers.NewTerms(controllersConfig)
 	if err != nil {
 		return nil, fmt.Errorf("generic controllers: %w", err)
 	}
@@ -80,15 +80,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	if core.Services != nil {
 		forget = append(forget, core.Services)
 	}
-	forget = append(forget, customResources, genericControllers, c.metrics,
+	forget = append(forget, customResources, genericControllers, c.metrics, c.planesAdmission,
 		c.webhooks.validating, c.webhooks.mutating, c.policies)
 	manager, enforcer, err := c.newPlaneManager(loopbackConfig, boot, customResources, withSimulation(c.withAudit(forget), sim))
 	if err != nil {
 		return nil, err
 	}
-	addSimulationHook(generic, sim, manager)
-	fleets, err := fleet.New(fleet.Config{Loopback: loopbackConfig, Planes: manager.Informer()})
-	if err != nil {
+	bindSimulation(sim, manager)
+	if err := fleet.IndexPlanes(manager.Informer()); err != nil {
 		return nil, fmt.Errorf("fleet controller: %w", err)
 	}
 	snapshots := c.newSnapshots(generic, customResources)
@@ -99,12 +98,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
-	if err := c.installServerEndpoints(generic, planeCensus{manager}); err != nil {
-		return nil, err
-	}
 	started := components{
 		loopback: loopbackConfig, boot: boot, customResources: customResources,
-		controllers: genericControllers, planes: manager, fleets: fleets,
+		controllers: genericControllers, planes: manager, simulation: sim,
+	}
+	electors, err := c.newElectors(started)
+	if err != nil {
+		return nil, err
+	}
+	started.electors = electors
+	if err := c.installServerEndpoints(generic, planeCensus{manager}, electors); err != nil {
+		return nil, err
 	}
 	if err := c.addPostStartHooks(generic, started); err != nil {
 		return nil, err
@@ -116,7 +120,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		Core:             core,
 		CRDs:             customResources,
 		Planes:           manager,
-		Fleets:           fleets,
 	}, nil
 }
 
@@ -204,6 +207,9 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 	}
 	enforcer.Bind(manager)
 	c.planesAdmission.SetPlaneCounter(manager)
+	if configMaps := c.storage.Storage(schema.GroupResource{Resource: "configmaps"}); configMaps != nil {
+		c.planesAdmission.SetAdmittedStore(configMaps)
+	}
 	if c.audit != nil {
 		c.audit.planes.manager.Store(manager)
 	}
@@ -259,12 +265,13 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 
 // installServerEndpoints adds what the root plane serves besides the APIs:
 // the signed CA, the readyz checks of the process, kplane's metrics.
-func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus) error {
+func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus, electors *electors) error {
 	server.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
 	if err := addReadyzChecks(server, c.config.ReadyzChecks); err != nil {
 		return err
 	}
-	if err := kplanemetrics.Register(c.metrics, kplanemetrics.NewPhaseCollector(census)); err != nil {
+	if err := kplanemetrics.Register(c.metrics, kplanemetrics.NewPhaseCollector(census),
+		kplanemetrics.NewLeaderCollector(electors.leases())); err != nil {
 		return err
 	}
 	server.AddPostStartHookOrDie("kplane-metrics", func(ctx genericapiserver.PostStartHookContext) error {
@@ -279,9 +286,10 @@ type components struct {
 	loopback        *rest.Config
 	boot            *bootstrap.Bootstrapper
 	customResources *crds.Server
-	controllers     *controllers.Controllers
+	controllers     *controllers.Terms
 	planes          *lifecycle.Manager
-	fleets          *fleet.Controller
+	simulation      *simulation.Simulation
+	electors        *electors
 }
 
 // addPostStartHooks starts the plane glue once the server serves.
@@ -294,11 +302,6 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		}
 		return nil
 	})
-	if c.config.ManifestsDir != "" {
-		if err := c.addManifestsHook(server, s); err != nil {
-			return err
-		}
-	}
 	server.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
 		return s.boot.Ensure(ctx, planes.Root)
 	})
@@ -312,18 +315,16 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		go s.planes.Run(ctx)
 		return waitFor(ctx, s.planes.HasSynced)
 	})
-	server.AddPostStartHookOrDie("kplane-generic-controllers", func(ctx genericapiserver.PostStartHookContext) error {
-		// Controllers address planes with requests that never provision
-		// one: they start once every existing plane is known.
-		if c.config.DisableControllers {
-			return nil
-		}
-		go func() {
-			if waitFor(ctx, s.planes.HasSynced) == nil {
-				s.controllers.Run(ctx, s.planes)
-			}
-		}()
-		return nil
+	server.AddPostStartHookOrDie("kplane-controllers", func(ctx genericapiserver.PostStartHookContext) error {
+		// Campaigning starts at once: the root CRDs the other hooks wait
+		// for are established by the holder of the plane lifecycle's
+		// Lease. Each term waits for what it needs (controllers address
+		// planes with requests that never provision one: they start once
+		// every existing plane is known). Readiness waits for the first
+		// pass over --manifests-dir when this server runs it, or until
+		// another server is seen running it.
+		s.electors.run(ctx)
+		return s.electors.waitForManifests(ctx)
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(ctx genericapiserver.PostStartHookContext) error {
 		go releaseStartupMemory(ctx, s)
@@ -341,13 +342,6 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			return nil
 		})
 	}
-	server.AddPostStartHookOrDie("kplane-fleets", func(ctx genericapiserver.PostStartHookContext) error {
-		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
-			return err
-		}
-		go s.fleets.Run(ctx)
-		return waitFor(ctx, s.fleets.HasSynced)
-	})
 	return nil
 }
 
@@ -366,30 +360,6 @@ func releaseStartupMemory(ctx context.Context, s components) {
 		return
 	}
 	debug.FreeOSMemory()
-}
-
-// addManifestsHook keeps --manifests-dir applied. Readiness waits for the
-// first pass over the manifests, so that a client that sees /readyz ok also
-// sees what they define.
-func (c CompletedConfig) addManifestsHook(server *genericapiserver.GenericAPIServer, s components) error {
-	applier, err := autoapply.New(autoapply.Config{Dir: c.config.ManifestsDir, Loopback: s.loopback})
-	if err != nil {
-		return err
-	}
-	server.AddPostStartHookOrDie("kplane-manifests", func(ctx genericapiserver.PostStartHookContext) error {
-		// Manifests may create planes: the plane manager must be running.
-		if err := waitFor(ctx, s.planes.HasSynced); err != nil {
-			return nil
-		}
-		firstPass := make(chan struct{})
-		go applier.Run(ctx, firstPass)
-		select {
-		case <-firstPass:
-		case <-ctx.Done():
-		}
-		return nil
-	})
-	return nil
 }
 
 // waitFor polls synced until it reports true or ctx is done.

@@ -1,15 +1,10 @@
 package apiserver
 
 import (
-	"context"
-	"time"
-
 	"github.com/sirupsen/logrus"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -76,10 +71,9 @@ func withSimulation(forget []lifecycle.Forgetter, sim *simulation.Simulation) []
 	return append(forget, sim)
 }
 
-// addSimulationHook starts the simulation once every existing plane is
-// known: like the controllers, it addresses planes with requests that
-// never provision one.
-func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulation.Simulation, manager *lifecycle.Manager) {
+// bindSimulation makes the simulation read what each plane's Plane sets
+// (whether it runs, node shapes, faults) from the manager's informer.
+func bindSimulation(sim *simulation.Simulation, manager *lifecycle.Manager) {
 	if sim == nil {
 		return
 	}
@@ -117,17 +111,4 @@ func addSimulationHook(server *genericapiserver.GenericAPIServer, sim *simulatio
 	}); err != nil {
 		logrus.WithError(err).Error("faults of the simulation will not follow Plane changes")
 	}
-	server.AddPostStartHookOrDie("kplane-simulation", func(ctx genericapiserver.PostStartHookContext) error {
-		go func() {
-			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-				return manager.HasSynced(), nil
-			}) != nil {
-				return
-			}
-			if err := sim.Run(ctx); err != nil {
-				logrus.WithError(err).Error("workload simulation stopped")
-			}
-		}()
-		return nil
-	})
 }

@@ -14,12 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/server/autoapply"
+	"kplane.dev/kplane/server/leader"
 )
 
 // PlanesCommand is `kplane planes list|create|delete|reset`.
@@ -47,11 +49,7 @@ func PlanesCommand() *cli.Command {
 }
 
 func planesClient(c *cli.Context) (dynamic.NamespaceableResourceInterface, error) {
-	a, err := loadAdmin(c)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := a.config(planes.Root)
+	cfg, err := rootConfig(c)
 	if err != nil {
 		return nil, err
 	}
@@ -62,24 +60,58 @@ func planesClient(c *cli.Context) (dynamic.NamespaceableResourceInterface, error
 	return client.Resource(lifecycle.GVR), nil
 }
 
+// rootConfig reaches the root plane as the admin.
+func rootConfig(c *cli.Context) (*rest.Config, error) {
+	a, err := loadAdmin(c)
+	if err != nil {
+		return nil, err
+	}
+	return a.config(planes.Root)
+}
+
 func listPlanes(c *cli.Context) error {
-	client, err := planesClient(c)
+	cfg, err := rootConfig(c)
 	if err != nil {
 		return err
 	}
-	list, err := client.List(c.Context, metav1.ListOptions{})
+	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
+	list, err := client.Resource(lifecycle.GVR).List(c.Context, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	owner := planesOwner(c.Context, cfg)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPHASE\tOBJECTS\tAGE")
+	fmt.Fprintln(w, "NAME\tPHASE\tOBJECTS\tOWNER\tAGE")
 	for _, p := range list.Items {
 		phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
 		count, _, _ := unstructured.NestedInt64(p.Object, "status", "objectCount")
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", p.GetName(), phase, count,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", p.GetName(), phase, count, owner,
 			duration.HumanDuration(time.Since(p.GetCreationTimestamp().Time)))
 	}
 	return w.Flush()
+}
+
+// planesOwner is the server that runs every plane's lifecycle and
+// controllers (the holder of the plane lifecycle's Lease), "<none>" while
+// no live server holds it.
+func planesOwner(ctx context.Context, cfg *rest.Config) string {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "<unknown>"
+	}
+	lease, err := client.CoordinationV1().Leases(leader.Namespace).Get(ctx, leader.PlanesLease, metav1.GetOptions{})
+	if err != nil {
+		return "<unknown>"
+	}
+	spec := lease.Spec
+	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" || spec.RenewTime == nil || spec.LeaseDurationSeconds == nil ||
+		time.Since(spec.RenewTime.Time) > time.Duration(*spec.LeaseDurationSeconds)*time.Second {
+		return "<none>"
+	}
+	return *spec.HolderIdentity
 }
 
 func planeArg(c *cli.Context) (string, error) {

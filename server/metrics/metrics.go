@@ -235,3 +235,41 @@ func (r tolerantRegisterer) MustRegister(cs ...prometheus.Collector) {
 		}
 	}
 }
+
+// Lease is one kind of controller work held by one server at a time.
+type Lease interface {
+	Lease() string
+	Identity() string
+	Leading() bool
+}
+
+// LeaderCollector says which work this server runs:
+// kplane_controllers_leader{controllers, server} is 1 while the server
+// holds the Lease of that work, 0 otherwise.
+type LeaderCollector struct {
+	metrics.BaseStableCollector
+	leases []Lease
+	desc   *metrics.Desc
+}
+
+// NewLeaderCollector returns the collector of leases.
+func NewLeaderCollector(leases []Lease) *LeaderCollector {
+	return &LeaderCollector{leases: leases,
+		desc: metrics.NewDesc("kplane_controllers_leader",
+			"1 while this server runs the controllers named (holds their Lease), else 0.",
+			[]string{"controllers", "server"}, nil, metrics.ALPHA, "")}
+}
+
+// DescribeWithStability implements metrics.StableCollector.
+func (c *LeaderCollector) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- c.desc }
+
+// CollectWithStability implements metrics.StableCollector.
+func (c *LeaderCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	for _, l := range c.leases {
+		v := 0.0
+		if l.Leading() {
+			v = 1
+		}
+		ch <- metrics.NewLazyConstMetric(c.desc, metrics.GaugeValue, v, l.Lease(), l.Identity())
+	}
+}

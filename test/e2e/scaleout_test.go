@@ -16,13 +16,13 @@ import (
 
 // startTwoServers starts two kplane servers on one datastore with one join
 // token (README, "Several servers"): the second takes the first's
-// credentials from the datastore. Until each plane's controllers run on
-// one server only, the second runs none of its own. args go to both.
+// credentials from the datastore. The controllers run on one of them at a
+// time (their Leases). args go to both.
 func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
 	t.Helper()
 	shared := append([]string{"--datastore-endpoint", endpoint, "--join-token", framework.NewJoinToken(t)}, args...)
 	one = framework.StartServer(t, framework.Options{Args: shared})
-	two = framework.StartServer(t, framework.Options{Args: append([]string{"--disable-controllers", "--simulation=false"}, shared...)})
+	two = framework.StartServer(t, framework.Options{Args: shared})
 	if !bytes.Equal(one.CAPEM(), two.CAPEM()) || one.AdminToken() != two.AdminToken() {
 		t.Fatal("the second server did not join the first: another CA or admin token")
 	}

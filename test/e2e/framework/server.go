@@ -307,6 +307,26 @@ func (s *Server) Kill() {
 	s.signal(syscall.SIGKILL, 10*time.Second)
 }
 
+// Pause stops the process without ending it (SIGSTOP), as a machine that
+// hangs or a network that partitions it would; Resume lets it go on.
+func (s *Server) Pause(tb testing.TB) { s.send(tb, syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(tb testing.TB) { s.send(tb, syscall.SIGCONT) }
+
+func (s *Server) send(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		tb.Fatalf("server on port %d is not running", s.Port)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("%v to the server on port %d: %v", sig, s.Port, err)
+	}
+}
+
 func (s *Server) signal(sig syscall.Signal, wait time.Duration) {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited

@@ -1,0 +1,144 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// Namespace holds the Leases, in the root plane.
+const Namespace = "kube-system"
+
+// Timing is how a Lease is held. A server that dies (kill -9) is replaced
+// at most LeaseDuration + RetryPeriod after its last renewal.
+type Timing struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// DefaultTiming takes over a dead server's work within about 12 s: the
+// Lease's 10 s and one retry (client-go waits 1 to 2.2 s between tries).
+// A holder on a loaded 2-core machine has 7 s, three tries or more, to
+// renew; it stops its work 3 s or more before another may start.
+var DefaultTiming = Timing{LeaseDuration: 10 * time.Second, RenewDeadline: 7 * time.Second, RetryPeriod: time.Second}
+
+// Config is one kind of work and its Lease.
+type Config struct {
+	// Lease names the Lease (and the work, in logs and metrics).
+	Lease string
+	// Identity is this server's name, unique among the servers.
+	Identity string
+	// Client reaches the root plane.
+	Client kubernetes.Interface
+	Timing Timing
+	// Term runs the work until ctx is done. It is called once per won
+	// Lease; it must build what it needs afresh or reuse what it built
+	// safely, and return soon after ctx is done.
+	Term func(ctx context.Context)
+}
+
+// Elector campaigns for one Lease and runs its terms.
+type Elector struct {
+	config  Config
+	leading atomic.Bool
+	holder  atomic.Value // string
+	// term is held by the running term: one term at a time, even when a
+	// won Lease starts the next before the last has returned.
+	term sync.Mutex
+}
+
+// New checks config; Run campaigns.
+func New(config Config) (*Elector, error) {
+	if config.Lease == "" || config.Identity == "" || config.Client == nil || config.Term == nil {
+		return nil, fmt.Errorf("leader election: a Lease name, an identity, a client and a term are needed")
+	}
+	if config.Timing == (Timing{}) {
+		config.Timing = DefaultTiming
+	}
+	e := &Elector{config: config}
+	e.holder.Store("")
+	return e, nil
+}
+
+// Lease is the name of the Lease.
+func (e *Elector) Lease() string { return e.config.Lease }
+
+// Identity is this server's name.
+func (e *Elector) Identity() string { return e.config.Identity }
+
+// Leading reports whether this server holds the Lease.
+func (e *Elector) Leading() bool { return e.leading.Load() }
+
+// Holder is the server that holds the Lease as last observed ("" before
+// the first observation).
+func (e *Elector) Holder() string { return e.holder.Load().(string) }
+
+// Run campaigns until ctx is done: a lost Lease ends the term (its
+// context is cancelled, and Run waits for it to return) and the server
+// campaigns again. On a graceful stop the Lease is released, so another
+// server takes over at once.
+func (e *Elector) Run(ctx context.Context) {
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, Namespace, e.config.Lease,
+		e.config.Client.CoreV1(), e.config.Client.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: e.config.Identity})
+	if err != nil {
+		logrus.WithError(err).WithField("lease", e.config.Lease).Error("leader election cannot start; this server runs none of its work")
+		return
+	}
+	for ctx.Err() == nil {
+		e.campaign(ctx, lock)
+	}
+}
+
+// campaign waits for the Lease and runs one term while it is held.
+func (e *Elector) campaign(ctx context.Context, lock resourcelock.Interface) {
+	t := e.config.Timing
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: e.config.Lease, ReleaseOnCancel: true,
+		LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				e.term.Lock()
+				defer e.term.Unlock()
+				if ctx.Err() != nil {
+					return
+				}
+				e.leading.Store(true)
+				logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("leading: starting the work")
+				e.config.Term(ctx)
+			},
+			OnStoppedLeading: func() {
+				if e.leading.Swap(false) {
+					logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("lease lost or released: the work stopped")
+				}
+			},
+			OnNewLeader: func(identity string) {
+				e.holder.Store(identity)
+			},
+		},
+	})
+	if err != nil {
+		logrus.WithError(err).WithField("lease", e.config.Lease).Error("leader election cannot start; this server runs none of its work")
+		<-ctx.Done()
+		return
+	}
+	elector.Run(ctx)
+}
+
+// The Leases of kplane's work, in the root plane's kube-system.
+const (
+	// PlanesLease: the plane lifecycle (provisioning, deletion, reset,
+	// usage in status), CRD conditions, Fleets and --manifests-dir.
+	PlanesLease = "kplane-planes"
+	// ControllersLease: the generic controllers (namespace deletion,
+	// garbage collection, service accounts, quotas, ...).
+	ControllersLease = "kplane-controllers"
+	// SimulationLease: the workload simulation.
+	SimulationLease = "kplane-simulation"
+)
