@@ -246,6 +246,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		EnableProfiling:             c.Options.EnableProfiling,
 		DisableControllers:          c.Options.DisableControllers,
 		ServerName:                  c.Options.serverName(),
+		SoleServer:                  c.Options.soleServer(),
 		Profile:                     profile,
 		Simulation:                  sim,
 		CACert:                      c.CA.PEM,

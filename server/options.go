@@ -369,6 +369,13 @@ func (o *Options) joinToken() (string, error) {
 	return token, nil
 }
 
+// soleServer reports whether no other server can share this server's
+// datastore: SQLite is one process's file.
+func (o *Options) soleServer() bool {
+	kind, err := datastore.KindOf(o.DatastoreEndpoint)
+	return err == nil && kind == datastore.SQLite
+}
+
 // serverName is --server-name, or <host name>:<https port>: unique among
 // servers on one host and across hosts.
 func (o *Options) serverName() string {

@@ -88,6 +88,9 @@ type Config struct {
 	DisableControllers bool
 	// ServerName names this server on the controllers' Leases.
 	ServerName string
+	// SoleServer says no other server can share the datastore (SQLite):
+	// the controllers' Leases are written once, not campaigned for.
+	SoleServer bool
 	// Profile is the API surface every plane serves (empty: full).
 	Profile Profile
 	// Simulation runs workloads in every plane (nil: API only). The

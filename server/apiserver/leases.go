@@ -51,7 +51,8 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 		}
 	}
 	add := func(lease string, term func(context.Context)) error {
-		el, err := leader.New(leader.Config{Lease: lease, Identity: c.config.ServerName, Client: client, Term: term})
+		el, err := leader.New(leader.Config{Lease: lease, Identity: c.config.ServerName, Client: client, Term: term,
+			Sole: c.config.SoleServer})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -37,6 +40,10 @@ type Config struct {
 	// Client reaches the root plane.
 	Client kubernetes.Interface
 	Timing Timing
+	// Sole says no other server can share the datastore (SQLite): the
+	// work runs at once, without renewing a Lease
+	// every second forever, and the Lease only names this server.
+	Sole bool
 	// Term runs the work until ctx is done. It is called once per won
 	// Lease; it must build what it needs afresh or reuse what it built
 	// safely, and return soon after ctx is done.
@@ -91,6 +98,10 @@ func (e *Elector) Run(ctx context.Context) {
 		logrus.WithError(err).WithField("lease", e.config.Lease).Error("leader election cannot start; this server runs none of its work")
 		return
 	}
+	if e.config.Sole {
+		e.runSole(ctx, lock)
+		return
+	}
 	for ctx.Err() == nil {
 		e.campaign(ctx, lock)
 	}
@@ -129,6 +140,48 @@ func (e *Elector) campaign(ctx context.Context, lock resourcelock.Interface) {
 		return
 	}
 	elector.Run(ctx)
+}
+
+// soleLease is how long a sole server's Lease says it is held: for good,
+// until the next start overwrites it.
+const soleLease = 1 << 30 * time.Second
+
+// runSole runs the work of a server alone on its datastore: the Lease is
+// written once (so that `kplane planes list` and the metrics name the
+// holder), and released when the server stops.
+func (e *Elector) runSole(ctx context.Context, lock resourcelock.Interface) {
+	now := metav1.NewTime(time.Now())
+	record := resourcelock.LeaderElectionRecord{HolderIdentity: e.config.Identity,
+		LeaseDurationSeconds: int(soleLease / time.Second), AcquireTime: now, RenewTime: now}
+	// Retried while the root plane starts.
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 2 * time.Second}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		old, _, err := lock.Get(ctx)
+		switch {
+		case apierrors.IsNotFound(err):
+			err = lock.Create(ctx, record)
+		case err == nil:
+			record.LeaderTransitions = old.LeaderTransitions
+			err = lock.Update(ctx, record)
+		}
+		if err != nil {
+			logrus.WithError(err).WithField("lease", e.config.Lease).Debug("writing the sole server's Lease; retrying")
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		// The work runs all the same: nothing else can run it.
+		logrus.WithError(err).WithField("lease", e.config.Lease).Warn("the Lease does not name this server")
+	}
+	e.holder.Store(e.config.Identity)
+	e.leading.Store(true)
+	logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("sole server on its datastore: starting the work")
+	e.config.Term(ctx)
+	e.leading.Store(false)
+	release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	record.HolderIdentity, record.LeaseDurationSeconds = "", 1
+	_ = lock.Update(release, record)
 }
 
 // The Leases of kplane's work, in the root plane's kube-system.

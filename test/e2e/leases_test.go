@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -353,4 +354,60 @@ func TestMaxPlanesAcrossServers(t *testing.T) {
 		_, err := servers[1].Dynamic(t, "root").Resource(planeGVR).Create(ctx, p, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// TestSoleServerLeasesWrittenOnce: a server on SQLite is alone on its
+// datastore by construction: it runs its work at once and writes each
+// Lease once, naming itself (no renewal every second for the server's
+// life), and hands it to its next start after kill -9.
+func TestSoleServerLeasesWrittenOnce(t *testing.T) {
+	s := framework.StartServer(t, framework.Options{Args: []string{"--server-name", "alone"}})
+	ctx := context.Background()
+	leases := s.Client(t, "root").CoordinationV1().Leases("kube-system")
+	check := func(ctx context.Context) error {
+		for _, name := range controllerLeases {
+			l, err := leases.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			spec := l.Spec
+			if spec.HolderIdentity == nil || *spec.HolderIdentity != "alone" {
+				return fmt.Errorf("lease %s held by %v", name, spec.HolderIdentity)
+			}
+			// Held for good (until the next start), never renewed.
+			if spec.LeaseDurationSeconds == nil || *spec.LeaseDurationSeconds < 1<<30 {
+				return fmt.Errorf("lease %s expires: %v s", name, spec.LeaseDurationSeconds)
+			}
+			if spec.RenewTime == nil || spec.AcquireTime == nil || !spec.RenewTime.Equal(spec.AcquireTime) {
+				return fmt.Errorf("lease %s renewed: acquired %v, renewed %v", name, spec.AcquireTime, spec.RenewTime)
+			}
+		}
+		m, err := leaderMetrics(t, s)
+		if err != nil {
+			return err
+		}
+		if m["kplane-planes"] != "alone=1" {
+			return fmt.Errorf("leader metrics %v", m)
+		}
+		return nil
+	}
+	framework.Eventually(t, 30*time.Second, "every Lease names the sole server", check)
+	// The work runs: a plane is provisioned and its namespace gets its
+	// default ServiceAccount from the generic controllers.
+	createPlane(t, s, "sole-a", "")
+	framework.Eventually(t, framework.DefaultTimeout, "the controllers' default ServiceAccount in a new namespace", func(ctx context.Context) error {
+		c := s.Client(t, "sole-a")
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		_, err := c.CoreV1().ServiceAccounts("team").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	if err := check(ctx); err != nil {
+		t.Fatalf("after provisioning a plane: %v", err)
+	}
+	s.Kill()
+	s.Restart(t)
+	framework.Eventually(t, 30*time.Second, "the restarted server names itself again", check)
+	createPlane(t, s, "sole-b", "")
 }
