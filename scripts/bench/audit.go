@@ -69,7 +69,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 	p99 := map[string][]float64{}
 	// One set of verbs for every round: CREATE numbers its objects from
 	// the set's counter, so a second set would create the same names.
-	verbs := auditVerbs()
+	verbs := configMapVerbs()
 	for round := 0; round < p.Rounds; round++ {
 		for _, verb := range verbs {
 			for _, c := range configs {
@@ -118,14 +118,17 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 	}, nil
 }
 
-type auditVerb struct {
+// loadVerb is one kind of request a load scenario makes.
+type loadVerb struct {
 	name string
 	do   func(ctx context.Context, c *kubernetes.Clientset, i int) error
 }
 
-func auditVerbs() []auditVerb {
+// configMapVerbs GET one of the seeded ConfigMaps, LIST them and CREATE
+// new ones: the requests the audit and scale-out scenarios time.
+func configMapVerbs() []loadVerb {
 	var created atomic.Int64
-	return []auditVerb{
+	return []loadVerb{
 		{"get", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
 			_, err := c.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%d", i%seedObjects), metav1.GetOptions{})
 			return err
@@ -146,8 +149,8 @@ func auditVerbs() []auditVerb {
 // patchVerb changes one of the seeded configmaps: a write whose body and
 // answer a RequestResponse trail records, that adds no object to the
 // server (whose memory would blur the trail's).
-func patchVerb() auditVerb {
-	return auditVerb{"patch", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
+func patchVerb() loadVerb {
+	return loadVerb{"patch", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
 		patch := []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, i))
 		_, err := c.CoreV1().ConfigMaps("default").Patch(ctx, fmt.Sprintf("cm-%d", i%seedObjects), types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
@@ -169,10 +172,10 @@ func setAuditLevel(s *server, plane, level string) error {
 // same requests to planes audited at None are the baseline: PATCHes also
 // grow the watch cache's history, which is not the trail's.
 func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error {
-	verbs := auditVerbs()
+	verbs := configMapVerbs()
 	for _, level := range []struct {
 		name, level string
-		verb        auditVerb
+		verb        loadVerb
 	}{{"metadata", "Metadata", verbs[0]}, {"requestresponse", "RequestResponse", patchVerb()}} {
 		without, _, _, err := fillTrails(s, p, level.name+"-none", "None", level.verb)
 		if err != nil {
@@ -197,7 +200,7 @@ func fullTrailMemory(s *server, p auditParams, figures map[string]float64) error
 // fillTrails makes FullPlanes planes audited at level, sends each
 // BufferEvents requests of verb and returns the heap added per plane and
 // the lines their trails serve.
-func fillTrails(s *server, p auditParams, name, level string, verb auditVerb) (heapPerPlane float64, lineBytes, lines int, err error) {
+func fillTrails(s *server, p auditParams, name, level string, verb loadVerb) (heapPerPlane float64, lineBytes, lines int, err error) {
 	planes := make([]string, p.FullPlanes)
 	for i := range planes {
 		planes[i] = fmt.Sprintf("full-%s-%d", name, i)

@@ -6,10 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -157,26 +155,7 @@ func startJoined(binary, endpoint string, n int) ([]*server, error) {
 
 // scaleoutLoad runs GET, LIST and CREATE round-robin over the servers.
 func scaleoutLoad(clients []*kubernetes.Clientset, p scaleoutParams, prefix string, figures map[string]float64) error {
-	var created atomic.Int64
-	verbs := []struct {
-		name string
-		do   func(ctx context.Context, c *kubernetes.Clientset, i int) error
-	}{
-		{"get", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
-			_, err := c.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%d", i%seedObjects), metav1.GetOptions{})
-			return err
-		}},
-		{"list", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
-			_, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
-			return err
-		}},
-		{"create", func(ctx context.Context, c *kubernetes.Clientset, i int) error {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%d", created.Add(1))},
-				Data: map[string]string{"key": "value"}}
-			_, err := c.CoreV1().ConfigMaps("kube-public").Create(ctx, cm, metav1.CreateOptions{})
-			return err
-		}},
-	}
+	verbs := configMapVerbs()
 	for _, v := range verbs {
 		do := func(ctx context.Context, i int) error { return v.do(ctx, clients[i%len(clients)], i) }
 		if _, _, err := load(max(1, p.Ops/5), p.Workers, do); err != nil {
