@@ -255,6 +255,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		MaxPlanes:                   c.Options.MaxPlanes,
 		MaxPlanesPerUser:            c.Options.MaxPlanesPerUser,
 		FairnessSeats:               c.Options.FairnessSeats(),
+		FairnessCPUs:                c.Options.PlaneFairnessCPUs,
 		PlaneLimits:                 c.Options.PlaneLimits(),
 		PlaneBootstrap:              policy,
 		PlaneBase:                   c.Options.PlaneBase,

@@ -44,6 +44,8 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "the most planes one identity brings into being by first requests; past it 403 (0: no limit)"},
 		&cli.BoolFlag{Name: "plane-fairness", Value: o.PlaneFairness, Destination: &o.PlaneFairness, EnvVars: []string{"KPLANE_PLANE_FAIRNESS"},
 			Usage: "queue requests fairly by plane (upstream APF fair queuing, the plane as the flow): one busy plane waits in its own queues, not in everyone's"},
+		&cli.IntFlag{Name: "plane-fairness-cpus", Destination: &o.PlaneFairnessCPUs, EnvVars: []string{"KPLANE_PLANE_FAIRNESS_CPUS"},
+			Usage: "share this many CPUs among the active planes: each executes at most max(1, N / active planes) requests while others are active (0: off)"},
 		&cli.IntFlag{Name: "plane-fairness-seats", Destination: &o.PlaneFairnessSeats, EnvVars: []string{"KPLANE_PLANE_FAIRNESS_SEATS"},
 			Usage: "requests of all planes executing at once under --plane-fairness (0: 32 per CPU); watches take none"},
 		&cli.Int64Flag{Name: "plane-max-objects", Destination: &o.PlaneMaxObjects, EnvVars: []string{"KPLANE_PLANE_MAX_OBJECTS"},

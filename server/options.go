@@ -97,6 +97,8 @@ type Options struct {
 	// are the requests executing at once (0: 32 per CPU).
 	PlaneFairness      bool
 	PlaneFairnessSeats int
+	// PlaneFairnessCPUs are shared among the active planes (0: off).
+	PlaneFairnessCPUs int
 	// PlaneBootstrap is the RBAC a new plane starts with: minimal or full.
 	PlaneBootstrap string
 	// PlaneBase makes new planes made from nothing layers over one base
@@ -216,6 +218,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CompactionInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
+	}
+	if o.PlaneFairnessCPUs < 0 {
+		errs = append(errs, fmt.Sprintf("--plane-fairness-cpus %d must not be negative", o.PlaneFairnessCPUs))
 	}
 	if o.PlaneFairnessSeats < 0 {
 		errs = append(errs, fmt.Sprintf("--plane-fairness-seats %d must not be negative", o.PlaneFairnessSeats))

@@ -65,7 +65,7 @@ type seatWaiter struct {
 }
 
 func newPlaneSeats(idle, cpus int, window time.Duration, clk clock.Clock) *planeSeats {
-	return &planeSeats{idle: max(idle, 1), cpus: max(cpus, 1), window: window, clock: clk,
+	return &planeSeats{idle: max(idle, 1), cpus: cpus, window: window, clock: clk,
 		held: map[string]*planeSlot{}, blocked: map[string]*planeSlot{}}
 }
 
@@ -161,7 +161,7 @@ func (p *planeSeats) slotLocked(plane string) *planeSlot {
 
 // limitLocked is what each plane may execute with the active planes now.
 func (p *planeSeats) limitLocked() int {
-	if len(p.held) <= 1 {
+	if p.cpus <= 0 || len(p.held) <= 1 {
 		return p.idle
 	}
 	return min(p.idle, max(1, p.cpus/len(p.held)))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
-	goruntime "runtime"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,8 +35,8 @@ type Config struct {
 	// other plane is active (default half of Seats, at least 1).
 	PlaneSeats int
 	// CPUs are shared among the active planes: with others active, a plane
-	// executes at most max(1, CPUs/active planes) requests (default
-	// GOMAXPROCS).
+	// executes at most max(1, CPUs/active planes) requests (0: off, each
+	// plane holds up to PlaneSeats whoever else is active).
 	CPUs int
 	// ActiveWindow keeps a plane active after its last request ended
 	// (default 1 s), so that one making requests one after another counts
@@ -94,7 +93,6 @@ func New(config Config) (*Queue, error) {
 	if config.QueueWait <= 0 {
 		config.QueueWait = DefaultQueueWait
 	}
-	config.CPUs = orDefault(config.CPUs, goruntime.GOMAXPROCS(0))
 	if config.ActiveWindow <= 0 {
 		config.ActiveWindow = DefaultActiveWindow
 	}

@@ -113,6 +113,8 @@ type Config struct {
 	PlaneLimits limits.Effective
 	// FairnessSeats are the seats of the planes' fair queue (0: off).
 	FairnessSeats int
+	// FairnessCPUs are shared among the active planes (0: off).
+	FairnessCPUs int
 	// PlaneBootstrap is the RBAC policy new planes start with.
 	PlaneBootstrap bootstrap.Policy
 	// PlaneBase: new planes made from nothing stand on the base plane of

@@ -248,7 +248,7 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	// counter.
 	handler = c.metrics.Filter(handler)
 	if c.config.FairnessSeats > 0 {
-		queue, err := fairness.New(fairness.Config{Seats: c.config.FairnessSeats, LongRunning: gc.LongRunningFunc})
+		queue, err := fairness.New(fairness.Config{Seats: c.config.FairnessSeats, CPUs: c.config.FairnessCPUs, LongRunning: gc.LongRunningFunc})
 		if err != nil {
 			return nil, err
 		}
