@@ -111,9 +111,9 @@ type state struct {
 	// removed last: an informer's older copy still carries the mark and
 	// must not start the reset again.
 	resetDoneAt uint64
-	// resetRunning is set while finishReset runs for the plane: one at a
-	// time.
-	resetRunning bool
+	// resetRun is set while finishReset runs for the plane: one at a
+	// time, and a second caller waits for the first to end.
+	resetRun *resetRun
 	// resetRevision is the datastore revision of the plane's last reset
 	// (ResetRevisionAnnotation).
 	resetRevision uint64

@@ -81,6 +81,22 @@ func (m *Manager) resettable(plane string) error {
 	return nil
 }
 
+// resetRun is one finishReset of a plane; done is closed when it ends,
+// with err its result.
+type resetRun struct {
+	done chan struct{}
+	err  error
+}
+
+func (r *resetRun) wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // resetHold is a plane held for its reset: idle is closed once the
 // requests inside have finished, release lets requests in again.
 type resetHold struct {
@@ -111,21 +127,29 @@ func (m *Manager) holdForReset(plane string) *resetHold {
 // finishReset drops the plane's own records (and bootstraps a plane made
 // from nothing again), then lets requests in. It is what a reset does
 // after marking it, and what a restart does for a reset it finds marked.
-func (m *Manager) finishReset(ctx context.Context, plane string) error {
+func (m *Manager) finishReset(ctx context.Context, plane string) (err error) {
 	m.mu.Lock()
 	s := m.state[plane]
-	if s == nil || s.resetRunning {
-		// Another call is finishing it (a reset and the reconcile of the
-		// Plane it marked).
+	if s == nil {
 		m.mu.Unlock()
 		return nil
 	}
-	s.resetRunning = true
+	if run := s.resetRun; run != nil {
+		// Another call is finishing it (a reset and the reconcile of the
+		// Plane it marked): the reset request must not answer before the
+		// plane is reset, whichever call does the work.
+		m.mu.Unlock()
+		return run.wait(ctx)
+	}
+	run := &resetRun{done: make(chan struct{})}
+	s.resetRun = run
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		s.resetRunning = false
+		s.resetRun = nil
 		m.mu.Unlock()
+		run.err = err
+		close(run.done)
 	}()
 	h := m.holdForReset(plane)
 	began := time.Now()
