@@ -172,6 +172,7 @@ func NewOptions() *Options {
 		Profile:                     string(apiserver.ProfileFull),
 		PlaneBase:                   true,
 		PlaneFairness:               true,
+		PlaneFairnessCPUs:           runtime.GOMAXPROCS(0),
 		MetricsTopPlanes:            20,
 		MetricsWindow:               time.Minute,
 		LogFormat:                   "text",

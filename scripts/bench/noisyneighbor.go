@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +37,7 @@ func noisyNeighborScenario(binary string, p noisyParams) (Result, error) {
 		name string
 		args []string
 	}{{"unfair", []string{"--plane-fairness=false"}}, {"fair", nil},
-		{"fair_cpus", []string{fmt.Sprintf("--plane-fairness-cpus=%d", runtime.NumCPU())}}}
+		{"fair_seats_only", []string{"--plane-fairness-cpus=0"}}}
 	for _, n := range p.Seats {
 		modes = append(modes, struct {
 			name string
@@ -56,7 +55,7 @@ func noisyNeighborScenario(binary string, p noisyParams) (Result, error) {
 			"seats": p.Seats},
 		Figures: figures,
 		Notes: []string{
-			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (32 seats per CPU); fair_cpus_*: with --plane-fairness-cpus set to the machine's CPUs (the CPUs shared among active planes); fair_<n>_*: --plane-fairness-seats=<n>.",
+			"unfair_*: --plane-fairness=false (every request runs at once, bounded only by max-in-flight); fair_*: the default fair queue by plane (32 seats per CPU, the machine's CPUs shared among active planes); fair_seats_only_*: --plane-fairness-cpus=0 (seats only, no CPU share); fair_<n>_*: --plane-fairness-seats=<n>.",
 			"b_get_* / b_list_*: plane B's GET of one ConfigMap and LIST of its namespace (objects ConfigMaps), one request at a time, alone then under plane A's flood.",
 			"*_ratio: B's p99 under flood divided by its p99 alone (goal <= 2).",
 			"a_ops_per_s: plane A's completed requests per second during the flood (429s retried by client-go count when they complete).",
