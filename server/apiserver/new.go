@@ -2,11 +2,13 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime/debug"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
@@ -323,8 +325,20 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// every existing plane is known). Readiness waits for the first
 		// pass over --manifests-dir when this server runs it, or until
 		// another server is seen running it.
+		//
+		// Nothing is written before the watch caches hold their state: a
+		// write in between would make a watch resumed from before a
+		// restart answer 410 instead of going on.
+		waitForWatchCaches(ctx, c.storage.Stores())
 		s.electors.run(ctx)
 		return s.electors.waitForManifests(ctx)
+	})
+	server.AddPostStartHookOrDie("kplane-watch-caches", func(ctx genericapiserver.PostStartHookContext) error {
+		// Ready once every watch cache holds its state, as kube-apiserver's
+		// storage-readiness hook: clients' first writes come after the
+		// caches' lists, so a watch resumed from before a restart goes on.
+		waitForWatchCaches(ctx, c.storage.Stores())
+		return nil
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(ctx genericapiserver.PostStartHookContext) error {
 		go releaseStartupMemory(ctx, s)
@@ -363,6 +377,29 @@ func releaseStartupMemory(ctx context.Context, s components) {
 }
 
 // waitFor polls synced until it reports true or ctx is done.
+// watchCachesTimeout bounds the wait for the watch caches at start, as
+// upstream's storage initialization timeout: past it the server goes on
+// and says so rather than never becoming ready.
+const watchCachesTimeout = time.Minute
+
+// waitForWatchCaches returns once every watch cache built so far has
+// listed its resource, or after watchCachesTimeout.
+func waitForWatchCaches(ctx context.Context, stores []*planestorage.Store) {
+	ctx, cancel := context.WithTimeout(ctx, watchCachesTimeout)
+	defer cancel()
+	err := waitFor(ctx, func() bool {
+		for _, store := range stores {
+			if store.Cached() && store.ReadinessCheck() != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		logrus.Warnf("watch caches not ready after %s; going on", watchCachesTimeout)
+	}
+}
+
 func waitFor(ctx context.Context, synced func() bool) error {
 	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return synced(), nil
