@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/limits"
 )
 
 // PlanesPluginName guards the Plane objects of the root plane.
@@ -77,6 +78,13 @@ type Planes struct {
 	counter   PlaneCounter
 	// admitted holds --max-planes across servers once bound.
 	admitted *admitted
+	// clones checks a clone against its limits once bound.
+	clones CloneLimits
+}
+
+// CloneLimits tells whether a clone would start over its limits.
+type CloneLimits interface {
+	CheckClone(clone, source string, spec *limits.Limits) error
 }
 
 var _ admission.MutationInterface = &Planes{}
@@ -94,6 +102,12 @@ func NewPlanes(finalizer string, maxPlanes int) *Planes {
 // server serves.
 func (p *Planes) SetPlaneCounter(counter PlaneCounter) {
 	p.counter = counter
+}
+
+// SetCloneLimits binds the limits' enforcer. It is called once, before
+// the server serves.
+func (p *Planes) SetCloneLimits(clones CloneLimits) {
+	p.clones = clones
 }
 
 // SetAdmittedStore binds the root plane's ConfigMaps storage, where the
@@ -164,6 +178,11 @@ func (p *Planes) admitClone(a admission.Attributes) error {
 	}
 	if err := p.counter.CheckSource(a.GetName(), source); err != nil {
 		return invalidPlane(a.GetName(), field.Invalid(field.NewPath("spec", "from"), source, err.Error()))
+	}
+	if p.clones != nil {
+		if err := p.clones.CheckClone(a.GetName(), source, limits.OfPlane(u)); err != nil {
+			return err
+		}
 	}
 	if template := p.counter.TemplateOf(source); template != "" {
 		return unstructured.SetNestedField(u.Object, template, "spec", "template")

@@ -11,19 +11,6 @@ import (
 	"kplane.dev/kplane/planes/limits"
 )
 
-// limitsOf reads a Plane's spec.limits; the CRD's schema has validated it.
-func limitsOf(u *unstructured.Unstructured) *limits.Limits {
-	content, ok, _ := unstructured.NestedMap(u.Object, "spec", "limits")
-	if !ok {
-		return nil
-	}
-	l := &limits.Limits{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(content, l); err != nil {
-		return nil
-	}
-	return l
-}
-
 // Limits implements limits.Source: what plane's Plane sets.
 func (m *Manager) Limits(plane string) *limits.Limits {
 	m.mu.RLock()

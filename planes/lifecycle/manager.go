@@ -226,7 +226,7 @@ func (m *Manager) observe(obj any) {
 	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
 	s.base = u.GetAnnotations()[planes.BaseAnnotation]
 	s.createdBy = u.GetAnnotations()[CreatedByAnnotation]
-	s.limits = limitsOf(u)
+	s.limits = limits.OfPlane(u)
 	s.statusUsage = usageOf(u)
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)

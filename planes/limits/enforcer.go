@@ -8,6 +8,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/planes"
@@ -181,4 +184,39 @@ func (e *Enforcer) ForgetPlane(plane string) {
 	defer e.mu.Unlock()
 	delete(e.rates, plane)
 	delete(e.reserved, plane)
+}
+
+// CheckClone reports why a plane with spec cannot be cloned from source:
+// the clone starts with the source's own records, and a clone born over
+// its limits would refuse its first write and hold more than its tenant
+// was allowed. The source's stored usage is compared, as writes are.
+func (e *Enforcer) CheckClone(clone, source string, spec *Limits) error {
+	l := e.config.Defaults.Over(spec)
+	used := e.config.Counts.Usage(source)
+	var detail string
+	switch {
+	case l.MaxObjects > 0 && used.Objects > l.MaxObjects:
+		detail = fmt.Sprintf("cloned from %s: used: objects=%d, limited: maxObjects=%d", source, used.Objects, l.MaxObjects)
+	case l.MaxBytes > 0 && used.Bytes > l.MaxBytes:
+		detail = fmt.Sprintf("cloned from %s: used: bytes=%d, limited: maxBytes=%d", source, used.Bytes, l.MaxBytes)
+	default:
+		return nil
+	}
+	return apierrors.NewForbidden(planesResource, clone, fmt.Errorf("exceeded quota: plane %s (Plane.spec.limits), %s", clone, detail))
+}
+
+var planesResource = schema.GroupResource{Group: "kplane.dev", Resource: "planes"}
+
+// OfPlane reads a Plane's spec.limits (nil for none); the CRD's schema
+// has validated it.
+func OfPlane(u *unstructured.Unstructured) *Limits {
+	content, ok, _ := unstructured.NestedMap(u.Object, "spec", "limits")
+	if !ok {
+		return nil
+	}
+	l := &Limits{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(content, l); err != nil {
+		return nil
+	}
+	return l
 }

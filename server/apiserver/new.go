@@ -209,6 +209,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 	}
 	enforcer.Bind(manager)
 	c.planesAdmission.SetPlaneCounter(manager)
+	c.planesAdmission.SetCloneLimits(enforcer)
 	if configMaps := c.storage.Storage(schema.GroupResource{Resource: "configmaps"}); configMaps != nil {
 		c.planesAdmission.SetAdmittedStore(configMaps)
 	}

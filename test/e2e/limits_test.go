@@ -471,3 +471,60 @@ func TestPlaneLimitDefaultsAndPlanesPerUser(t *testing.T) {
 		return err
 	})
 }
+
+// TestPlaneLimitClone: a clone starts with its source's records, so a
+// clone whose limits its source already passes is refused at its
+// creation (403 naming the limit and the source's usage) rather than born
+// over them; one within its limits is made and holds the records.
+func TestPlaneLimitClone(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	src := uniquePlane(t, "limit-clone-src")
+	createPlane(t, s, src, "")
+	cs := s.Client(t, src)
+	for i := range 8 {
+		if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, configMap(fmt.Sprint("cm-", i), 100), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the source's usage counted", func(ctx context.Context) error {
+		u, err := planeUsage(ctx, s, t, src)
+		if err == nil && u["objects"] < 8 {
+			err = fmt.Errorf("usage %v", u)
+		}
+		return err
+	})
+	planesClient := s.Dynamic(t, "root").Resource(planesGVR)
+	clone := func(name string, limits map[string]any) error {
+		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"from": src, "limits": limits}}}
+		_, err := planesClient.Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	for limit, limits := range map[string]map[string]any{
+		"maxObjects=3": {"maxObjects": 3},
+		"maxBytes=200": {"maxBytes": 200},
+	} {
+		name := uniquePlane(t, "limit-clone-over")
+		err := clone(name, limits)
+		requireExceeded(t, err, limit)
+		if !strings.Contains(err.Error(), "cloned from "+src) {
+			t.Fatalf("the refusal does not name the source: %v", err)
+		}
+		if _, err := planesClient.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("refused clone %s: Plane exists (%v)", name, err)
+		}
+	}
+	within := uniquePlane(t, "limit-clone-within")
+	if err := clone(within, map[string]any{"maxObjects": 100}); err != nil {
+		t.Fatalf("a clone within its limits: %v", err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the clone's records", func(ctx context.Context) error {
+		list, err := s.Client(t, within).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) < 8 {
+			err = fmt.Errorf("%d ConfigMaps", len(list.Items))
+		}
+		return err
+	})
+}
