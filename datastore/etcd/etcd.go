@@ -1,6 +1,3 @@
-// Package etcd runs a single-member etcd inside the kplane process, on
-// loopback, with TLS and client-certificate authentication so that no other
-// local process can read or write the planes' data.
 package etcd
 
 import (
@@ -14,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"kplane.dev/kplane/datastore/driver"
@@ -24,7 +22,14 @@ type Config struct {
 	DataDir      string
 	TLS          driver.TLS
 	StartTimeout time.Duration
+	// Member makes it a member of a cluster (nil: alone, peers on loopback).
+	Member *driver.Member
 }
+
+// PeerCommonName is the common name a member's peer certificate carries:
+// peers accept no other certificate of the kplane CA (a serving or client
+// certificate stolen from a server is no way into the cluster).
+const PeerCommonName = "kplane-etcd-peer"
 
 // Etcd is a running embedded etcd.
 type Etcd struct {
@@ -43,6 +48,26 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
+	ec, err := embedConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	server, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded etcd: %w", err)
+	}
+	if err := waitReady(ctx, server, cfg); err != nil {
+		server.Close()
+		return nil, err
+	}
+	return &Etcd{server: server, endpoint: ec.AdvertiseClientUrls[0].String()}, nil
+}
+
+// embedConfig is the member's configuration: clients on loopback with
+// client-certificate authentication, peers on loopback over plain HTTP
+// when alone, or on the member's peer address over mutual TLS in a
+// cluster.
+func embedConfig(cfg Config) (*embed.Config, error) {
 	clientPort, peerPort, err := ports(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -53,11 +78,25 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	ec := embed.NewConfig()
 	ec.Name = "kplane"
 	ec.Dir = filepath.Join(cfg.DataDir, "data")
+	if m := cfg.Member; m != nil {
+		u, err := url.Parse(m.PeerURL())
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd peer URL: %w", err)
+		}
+		ec.Name, peerURL = m.Name, *u
+		ec.PeerTLSInfo = transport.TLSInfo{
+			CertFile: m.PeerCertFile, KeyFile: m.PeerKeyFile, TrustedCAFile: cfg.TLS.CAFile,
+			ClientCertAuth: true, AllowedCNs: []string{PeerCommonName},
+		}
+	}
 	ec.ListenClientUrls = []url.URL{clientURL}
 	ec.AdvertiseClientUrls = []url.URL{clientURL}
 	ec.ListenPeerUrls = []url.URL{peerURL}
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if m := cfg.Member; m != nil && m.InitialCluster != "" && !HasData(cfg.DataDir) {
+		ec.InitialCluster, ec.ClusterState = m.InitialCluster, embed.ClusterStateFlagExisting
+	}
 	ec.ClientTLSInfo.CertFile = cfg.TLS.ServerCertFile
 	ec.ClientTLSInfo.KeyFile = cfg.TLS.ServerKeyFile
 	ec.ClientTLSInfo.TrustedCAFile = cfg.TLS.CAFile
@@ -67,28 +106,41 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	ec.LogOutputs = []string{"stderr"}
 	ec.QuotaBackendBytes = 8 << 30
 	ec.ListenMetricsUrls = nil
+	return ec, nil
+}
 
-	server, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("starting embedded etcd: %w", err)
-	}
+// HasData reports whether the member in dir (<data-dir>/etcd) has started
+// before: it then belongs to the cluster its data names, whatever the
+// configuration says.
+func HasData(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "data", "member", "wal"))
+	return err == nil
+}
+
+// waitReady waits until the member serves, fails or stops (a member
+// removed from its cluster stops), at most cfg.StartTimeout.
+func waitReady(ctx context.Context, server *embed.Etcd, cfg Config) error {
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
 		timeout = time.Minute
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-server.Server.ReadyNotify():
+		return nil
 	case err := <-server.Err():
-		server.Close()
-		return nil, fmt.Errorf("embedded etcd: %w", err)
-	case <-time.After(timeout):
-		server.Close()
-		return nil, fmt.Errorf("embedded etcd not ready after %s", timeout)
+		return fmt.Errorf("embedded etcd: %w", err)
+	case <-server.Server.StopNotify():
+		return fmt.Errorf("the embedded etcd member in %s stopped before it was ready: it may have been removed from its cluster (then empty %s and join again)", cfg.DataDir, cfg.DataDir)
+	case <-timer.C:
+		if cfg.Member != nil {
+			return fmt.Errorf("the embedded etcd member %s was not ready after %s: its peers are unreachable or its cluster has lost its quorum", cfg.Member.Name, timeout)
+		}
+		return fmt.Errorf("embedded etcd not ready after %s", timeout)
 	case <-ctx.Done():
-		server.Close()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return &Etcd{server: server, endpoint: clientURL.String()}, nil
 }
 
 // ports returns the client and peer ports of the member: picked once, then
