@@ -52,14 +52,23 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := newStartLog(os.Stderr)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log.logger())
 	server, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("starting embedded etcd: %w", err)
+	if err == nil {
+		err = waitReady(ctx, server, cfg)
+		if err != nil {
+			server.Close()
+		}
 	}
-	if err := waitReady(ctx, server, cfg); err != nil {
-		server.Close()
+	if err != nil {
+		path := filepath.Join(cfg.DataDir, "start-failure.log")
+		if log.keep(path) == nil {
+			return nil, fmt.Errorf("%w (etcd's log: %s)", err, path)
+		}
 		return nil, err
 	}
+	log.release()
 	return &Etcd{server: server, endpoint: ec.AdvertiseClientUrls[0].String()}, nil
 }
 
@@ -103,7 +112,6 @@ func embedConfig(cfg Config) (*embed.Config, error) {
 	ec.ClientTLSInfo.ClientCertAuth = true
 	ec.Logger = "zap"
 	ec.LogLevel = "error"
-	ec.LogOutputs = []string{"stderr"}
 	ec.QuotaBackendBytes = 8 << 30
 	ec.ListenMetricsUrls = nil
 	return ec, nil
@@ -130,9 +138,12 @@ func waitReady(ctx context.Context, server *embed.Etcd, cfg Config) error {
 	case <-server.Server.ReadyNotify():
 		return nil
 	case err := <-server.Err():
+		if stopped(server) {
+			return errStopped(cfg)
+		}
 		return fmt.Errorf("embedded etcd: %w", err)
 	case <-server.Server.StopNotify():
-		return fmt.Errorf("the embedded etcd member in %s stopped before it was ready: it may have been removed from its cluster (then empty %s and join again)", cfg.DataDir, cfg.DataDir)
+		return errStopped(cfg)
 	case <-timer.C:
 		if cfg.Member != nil {
 			return fmt.Errorf("the embedded etcd member %s was not ready after %s: its peers are unreachable or its cluster has lost its quorum", cfg.Member.Name, timeout)
@@ -141,6 +152,23 @@ func waitReady(ctx context.Context, server *embed.Etcd, cfg Config) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// stopped reports whether the member stopped on its own: the listeners'
+// errors that follow are its consequence.
+func stopped(server *embed.Etcd) bool {
+	select {
+	case <-server.Server.StopNotify():
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// errStopped is a member that stopped before it served: the usual cause
+// is that its peers no longer count it as a member.
+func errStopped(cfg Config) error {
+	return fmt.Errorf("the embedded etcd member in %s stopped before it was ready: it was probably removed from its cluster (then empty %s and join again with --server)", cfg.DataDir, cfg.DataDir)
 }
 
 // ports returns the client and peer ports of the member: picked once, then

@@ -33,10 +33,13 @@ import (
 // server taking a member's peer URL.
 func TestEmbeddedEtcdCluster(t *testing.T) {
 	t.Parallel()
+	start := time.Now()
+	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(start).Seconds(), what) }
 	token := framework.NewJoinToken(t)
 	one := startMember(t, token, "--cluster-init")
 	two := startMember(t, token, "--server", one.URL)
 	three := startMember(t, token, "--server", two.URL)
+	phase("three servers ready")
 	servers := []*framework.Server{one, two, three}
 	for i, s := range servers[1:] {
 		if !bytes.Equal(one.CAPEM(), s.CAPEM()) || one.AdminToken() != s.AdminToken() {
@@ -52,18 +55,22 @@ func TestEmbeddedEtcdCluster(t *testing.T) {
 		clients[i] = s.Client(t, plane)
 	}
 	assertReplicated(t, clients)
+	phase("plane created, writes replicated")
 
 	acked := killDuringWrites(t, servers, clients)
 	assertAllPresent(t, "on the survivors", clients[1:], acked)
+	phase("first server killed during writes")
 	one.Restart(t)
 	assertAllPresent(t, "on the restarted first server", clients[:1], acked)
 	assertVotingMembers(t, two, 3)
+	phase("first server restarted")
 
 	t.Run("refusals", func(t *testing.T) { embeddedClusterRefusals(t, token, one, two, three) })
 
-	// A joined server restarted on its data dir is the member it was: it
-	// is not added again, and serves what was written meanwhile.
-	three.Stop()
+	// A joined server killed and restarted on its data dir is the member
+	// it was: it is not added again, and serves what was written meanwhile.
+	phase("refusals")
+	three.Kill()
 	if _, err := clients[0].CoreV1().ConfigMaps("default").Create(context.Background(),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "while-three-stopped"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -74,6 +81,39 @@ func TestEmbeddedEtcdCluster(t *testing.T) {
 	}
 	assertAllPresent(t, "on the restarted third server", clients[2:], []string{"while-three-stopped"})
 	assertVotingMembers(t, one, 3)
+	phase("third server restarted")
+
+	// A member removed from the cluster (etcdctl member remove) is refused
+	// on its next start, its data dir naming a membership that is gone.
+	three.Kill()
+	removeMember(t, one, "https://127.0.0.1:"+argValue(t, three.Args, "--etcd-peer-port"))
+	refusedStart(t, three.DataDir, "removed from its cluster", three.Args...)
+	assertVotingMembers(t, one, 2)
+	phase("removed member refused")
+	two.Stop()
+	phase("second server stopped")
+	one.Stop()
+	phase("first server stopped, its cluster without quorum")
+}
+
+// removeMember removes the member with peerURL through s's member.
+func removeMember(t *testing.T, s *framework.Server, peerURL string) {
+	t.Helper()
+	client := s.EmbeddedEtcdClient(t)
+	ctx := context.Background()
+	resp, err := client.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.Members {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			if _, err := client.MemberRemove(ctx, m.ID); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no member at %s", peerURL)
 }
 
 // startMember starts a server of an embedded etcd cluster with its own
