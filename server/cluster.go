@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/server/credentials"
@@ -101,10 +102,20 @@ func promoteMember(ctx context.Context, joiner members.Joiner, store *datastore.
 	if !status.IsLearner {
 		return nil
 	}
-	if err := joiner.Promote(ctx, caPEM, status.Header.MemberId); err != nil {
-		return fmt.Errorf("promoting the embedded etcd member %x: %w", status.Header.MemberId, err)
+	id := status.Header.MemberId
+	if err := joiner.Promote(ctx, caPEM, id); err != nil {
+		return fmt.Errorf("promoting the embedded etcd member %x: %w", id, err)
 	}
-	logrus.WithField("member", fmt.Sprintf("%x", status.Header.MemberId)).Info("promoted to a voting member of the embedded etcd cluster")
+	// The leader has promoted it; the member itself serves once it has
+	// applied its promotion, a moment later.
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		status, err := client.Status(ctx, store.Endpoints[0])
+		return err == nil && !status.IsLearner, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the embedded etcd member %x was promoted but still serves as a learner: %w", id, err)
+	}
+	logrus.WithField("member", fmt.Sprintf("%x", id)).Info("promoted to a voting member of the embedded etcd cluster")
 	return nil
 }
 

@@ -35,13 +35,18 @@ const PeerCommonName = "kplane-etcd-peer"
 type Etcd struct {
 	server   *embed.Etcd
 	endpoint string
+	log      *startLog
 }
 
 // Endpoints is the client URL of the member.
 func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
 
-// Close stops the member and closes its database.
-func (e *Etcd) Close() { e.server.Close() }
+// Close stops the member and closes its database. etcd logs each of its
+// listeners closing as an error: those lines are dropped.
+func (e *Etcd) Close() {
+	e.log.mute()
+	e.server.Close()
+}
 
 // Start starts the member and returns once it serves requests.
 func Start(ctx context.Context, cfg Config) (*Etcd, error) {
@@ -69,7 +74,7 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 		return nil, err
 	}
 	log.release()
-	return &Etcd{server: server, endpoint: ec.AdvertiseClientUrls[0].String()}, nil
+	return &Etcd{server: server, endpoint: ec.AdvertiseClientUrls[0].String(), log: log}, nil
 }
 
 // embedConfig is the member's configuration: clients on loopback with

@@ -57,6 +57,13 @@ func (l *startLog) keep(path string) error {
 	return os.WriteFile(path, held.Bytes(), 0o600)
 }
 
+// mute drops every later line.
+func (l *startLog) mute() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held, l.out = nil, io.Discard
+}
+
 // logger is etcd's JSON logger at error level, writing to l.
 func (l *startLog) logger() *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
