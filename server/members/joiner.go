@@ -38,7 +38,8 @@ type Joiner struct {
 // with the join token: nothing secret is sent before it is known.
 func (j Joiner) TrustCA(ctx context.Context) ([]byte, error) {
 	// Nothing is trusted yet: the signature is what authenticates the CA.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	client := &http.Client{Timeout: requestTimeout + 5*time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.Server+caCertsPath, nil)
 	if err != nil {
 		return nil, fmt.Errorf("--server %s: %w", j.Server, err)
