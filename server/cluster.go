@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +57,10 @@ func (c *Config) completeMember(ctx context.Context, lock *os.File) (CompletedCo
 			store.Close()
 			return CompletedConfig{}, fmt.Errorf("refusing to start: %w", err)
 		}
+	}
+	if err := advertisePeerURL(ctx, store, member); err != nil {
+		store.Close()
+		return CompletedConfig{}, fmt.Errorf("refusing to start: %w", err)
 	}
 	issuer, err := c.joinDatastore(ctx, store)
 	if err != nil {
@@ -116,6 +121,38 @@ func promoteMember(ctx context.Context, joiner members.Joiner, store *datastore.
 		return fmt.Errorf("the embedded etcd member %x was promoted but still serves as a learner: %w", id, err)
 	}
 	logrus.WithField("member", fmt.Sprintf("%x", id)).Info("promoted to a voting member of the embedded etcd cluster")
+	return nil
+}
+
+// advertisePeerURL makes the cluster reach this member at its configured
+// peer URL: a member restarted with another --etcd-advertise-address or
+// --etcd-peer-port, or a single embedded etcd (plain HTTP on loopback)
+// restarted with --cluster-init, listens there already but the
+// membership still names the old URL.
+func advertisePeerURL(ctx context.Context, store *datastore.Datastore, member datastore.Member) error {
+	client, err := store.Client()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	status, err := client.Status(ctx, store.Endpoints[0])
+	if err != nil {
+		return fmt.Errorf("the embedded etcd member: %w", err)
+	}
+	list, err := client.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the embedded etcd members: %w", err)
+	}
+	want := []string{member.PeerURL()}
+	for _, m := range list.Members {
+		if m.ID != status.Header.MemberId || slices.Equal(m.PeerURLs, want) {
+			continue
+		}
+		if _, err := client.MemberUpdate(ctx, m.ID, want); err != nil {
+			return fmt.Errorf("advertising the embedded etcd member's peer URL %s (was %v): %w", want[0], m.PeerURLs, err)
+		}
+		logrus.WithField("was", m.PeerURLs).WithField("now", want[0]).Info("the embedded etcd member's peer URL changed")
+	}
 	return nil
 }
 

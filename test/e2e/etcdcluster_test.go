@@ -21,8 +21,8 @@ import (
 )
 
 // TestEmbeddedEtcdCluster: three servers on --datastore-endpoint etcd form
-// one embedded etcd cluster (README, "Several servers"): the first with
-// --cluster-init, the others with --server and the join token, the third
+// one embedded etcd cluster (README, "Several servers"): the first, a
+// single embedded etcd until then, restarted with --cluster-init, the others with --server and the join token, the third
 // through the second. A write through any server is read on the others;
 // the first server, killed -9 while all three take writes, loses no
 // acknowledged write, the two others stay writable, and it comes back on
@@ -36,7 +36,7 @@ func TestEmbeddedEtcdCluster(t *testing.T) {
 	start := time.Now()
 	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(start).Seconds(), what) }
 	token := framework.NewJoinToken(t)
-	one := startMember(t, token, "--cluster-init")
+	one := singleEtcdBecomesCluster(t, token)
 	two := startMember(t, token, "--server", one.URL)
 	three := startMember(t, token, "--server", two.URL)
 	phase("three servers ready")
@@ -55,6 +55,7 @@ func TestEmbeddedEtcdCluster(t *testing.T) {
 		clients[i] = s.Client(t, plane)
 	}
 	assertReplicated(t, clients)
+	assertAllPresent(t, "on the joined servers", []*kubernetes.Clientset{two.Client(t, "root"), three.Client(t, "root")}, []string{"before-the-cluster"})
 	phase("plane created, writes replicated")
 
 	acked := killDuringWrites(t, servers, clients)
@@ -90,9 +91,13 @@ func TestEmbeddedEtcdCluster(t *testing.T) {
 	refusedStart(t, three.DataDir, "removed from its cluster", three.Args...)
 	assertVotingMembers(t, one, 2)
 	phase("removed member refused")
-	two.Stop()
-	phase("second server stopped")
+	// The last member, its cluster without quorum, still stops gracefully
+	// within the framework's bound (SIGKILL after 30 s).
+	two.Kill()
 	one.Stop()
+	if code := one.ExitCode(); code != 0 {
+		t.Errorf("the last member's graceful stop exited with %d", code)
+	}
 	phase("first server stopped, its cluster without quorum")
 }
 
@@ -114,6 +119,34 @@ func removeMember(t *testing.T, s *framework.Server, peerURL string) {
 		}
 	}
 	t.Fatalf("no member at %s", peerURL)
+}
+
+// singleEtcdBecomesCluster starts a server on a single embedded etcd,
+// writes through it, and restarts it (after kill -9) with --cluster-init:
+// its member now advertises a peer URL the others can join, and keeps
+// its data.
+func singleEtcdBecomesCluster(t *testing.T, token string) *framework.Server {
+	t.Helper()
+	one := framework.StartServer(t, framework.Options{Args: []string{"--datastore-endpoint", "etcd", "--simulation=false"}})
+	ctx := context.Background()
+	if _, err := one.Client(t, "root").CoreV1().ConfigMaps("default").Create(ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-the-cluster"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one.Kill()
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.Args = append(one.Args, "--join-token", token, "--etcd-peer-port", strconv.Itoa(port), "--cluster-init")
+	one.Restart(t)
+	if !strings.Contains(one.Log(), "the embedded etcd member's peer URL changed") {
+		t.Fatal("the single member did not advertise its new peer URL")
+	}
+	if _, err := one.Client(t, "root").CoreV1().ConfigMaps("default").Get(ctx, "before-the-cluster", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return one
 }
 
 // startMember starts a server of an embedded etcd cluster with its own
