@@ -60,11 +60,10 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	log := newStartLog(os.Stderr)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log.logger())
 	server, err := embed.StartEtcd(ec)
-	if err == nil {
-		err = waitReady(ctx, server, cfg)
-		if err != nil {
-			server.Close()
-		}
+	if err != nil {
+		err = fmt.Errorf("starting embedded etcd: %w", err)
+	} else if err = waitReady(ctx, server, cfg); err != nil {
+		server.Close()
 	}
 	if err != nil {
 		path := filepath.Join(cfg.DataDir, "start-failure.log")
