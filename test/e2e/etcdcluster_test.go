@@ -128,6 +128,7 @@ func removeMember(t *testing.T, s *framework.Server, peerURL string) {
 func singleEtcdBecomesCluster(t *testing.T, token string) *framework.Server {
 	t.Helper()
 	one := framework.StartServer(t, framework.Options{Args: []string{"--datastore-endpoint", "etcd", "--simulation=false"}})
+	removeWhenPassed(t, one)
 	ctx := context.Background()
 	if _, err := one.Client(t, "root").CoreV1().ConfigMaps("default").Create(ctx,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-the-cluster"}}, metav1.CreateOptions{}); err != nil {
@@ -157,8 +158,21 @@ func startMember(t *testing.T, token string, args ...string) *framework.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", "etcd",
+	s := framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", "etcd",
 		"--join-token", token, "--etcd-peer-port", strconv.Itoa(port), "--simulation=false"}, args...)})
+	removeWhenPassed(t, s)
+	return s
+}
+
+// removeWhenPassed removes s's data dir (an etcd member preallocates 64
+// MiB of log) once the test has passed; a failed test's stays, with its
+// server log.
+func removeWhenPassed(t *testing.T, s *framework.Server) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			s.Cleanup()
+		}
+	})
 }
 
 // assertVotingMembers: the cluster, as s's member sees it, has n members,
