@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,27 +37,34 @@ func (c *Config) completeMember(ctx context.Context, lock *os.File) (CompletedCo
 	defer cancel()
 	member := c.member()
 	joiner := c.membersJoiner()
+	var added *members.AddResponse
 	if c.Options.JoinServer != "" && !datastore.HasEmbeddedEtcd(c.DataDir) {
-		added, err := c.addMember(ctx, joiner, member)
+		resp, err := c.addMember(ctx, joiner, member)
 		if err != nil {
 			return CompletedConfig{}, fmt.Errorf("refusing to start: %w", err)
 		}
+		added = &resp
 		member.InitialCluster = added.InitialCluster(member.Name, member.PeerURL())
-		logrus.WithField("member", added.ID).WithField("initialCluster", member.InitialCluster).Info("added to the embedded etcd cluster as a learner")
 	}
 	completed, err := c.completeCredentials(lock)
 	if err != nil {
 		return CompletedConfig{}, err
 	}
 	store, err := c.listenDatastore(ctx, completed.EtcdTLS, &member)
+	if err == nil && added != nil {
+		// Said once it started: a refusal stays one line.
+		logrus.WithField("member", added.ID).WithField("initialCluster", member.InitialCluster).Info("added to the embedded etcd cluster as a learner")
+	}
+	if err == nil && c.Options.JoinServer != "" {
+		if err = promoteMember(ctx, joiner, store, completed.CA.PEM); err != nil {
+			store.Close()
+		}
+	}
+	if err != nil && added != nil {
+		return CompletedConfig{}, fmt.Errorf("refusing to start: %w%s", err, c.abandonJoin(joiner, completed.CA.PEM, added.ID))
+	}
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("refusing to start: %w", err)
-	}
-	if c.Options.JoinServer != "" {
-		if err := promoteMember(ctx, joiner, store, completed.CA.PEM); err != nil {
-			store.Close()
-			return CompletedConfig{}, fmt.Errorf("refusing to start: %w", err)
-		}
 	}
 	if err := advertisePeerURL(ctx, store, member); err != nil {
 		store.Close()
@@ -69,6 +77,26 @@ func (c *Config) completeMember(ctx context.Context, lock *os.File) (CompletedCo
 	}
 	completed.store, completed.ServiceAccountIssuer = store, issuer
 	return completed, nil
+}
+
+// abandonJoin undoes a join that failed after its learner was added: the
+// learner is removed and the member's data, which names it, emptied, so
+// that the next start joins afresh. It says what it did, for the one line
+// of the refusal.
+func (c *Config) abandonJoin(joiner members.Joiner, caPEM []byte, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	n, err := strconv.ParseUint(id, 16, 64)
+	if err == nil {
+		err = joiner.RemoveLearner(ctx, caPEM, n)
+	}
+	if err != nil {
+		return fmt.Sprintf(" (its learner %s is still in the cluster: %v)", id, err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.DataDir, "etcd", "data")); err != nil {
+		return fmt.Sprintf(" (its learner %s was removed; emptying its data: %v)", id, err)
+	}
+	return fmt.Sprintf(" (its learner %s was removed from the cluster)", id)
 }
 
 // addMember trusts the cluster's CA, takes the shared credentials into

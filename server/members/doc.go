@@ -23,6 +23,11 @@
 //     with; once started, it asks POST /kplane/etcd/promote until the
 //     leader finds it caught up and makes it a voting member.
 //
+// A join that fails after its learner was added (the member does not
+// start, or is not promoted in time) removes that learner again with
+// DELETE /kplane/etcd/members, which removes learners only, so that it
+// does not hold etcd's one learner place.
+//
 // A restarted member has its etcd data: it is a member already (no new
 // add), and only asks to be promoted if it is still a learner.
 package members

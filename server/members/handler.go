@@ -46,6 +46,8 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.add(ctx, w, req)
 	case req.URL.Path == PromotePath && req.Method == http.MethodPost:
 		h.promote(ctx, w, req)
+	case req.URL.Path == MembersPath && req.Method == http.MethodDelete:
+		h.removeLearner(ctx, w, req)
 	default:
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such join request: "+req.Method+" "+req.URL.Path)
 	}
@@ -136,6 +138,42 @@ func (h Handler) promote(ctx context.Context, w http.ResponseWriter, req *http.R
 		// Not caught up yet (etcd's learner-not-ready), or no leader.
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "promoting the member: "+err.Error())
 	}
+}
+
+// removeLearner removes a learner whose join failed, so that it does not
+// hold etcd's one learner place; a voting member is refused (removing one
+// changes the quorum: that is for the operator, with etcdctl).
+func (h Handler) removeLearner(ctx context.Context, w http.ResponseWriter, req *http.Request) {
+	var rr PromoteRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&rr); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "decoding the remove request: "+err.Error())
+		return
+	}
+	id, err := strconv.ParseUint(rr.ID, 16, 64)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("member ID %q is not hex", rr.ID))
+		return
+	}
+	list, err := h.Client.MemberList(ctx)
+	if err != nil {
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "listing the members: "+err.Error())
+		return
+	}
+	for _, m := range list.Members {
+		if m.ID != id {
+			continue
+		}
+		if !m.IsLearner {
+			writeStatus(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf(
+				"member %x votes: only a learner is removed through a join (etcdctl member remove %x)", id, id))
+			return
+		}
+		if _, err := h.Client.MemberRemove(ctx, id); err != nil {
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "removing the learner: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, rr)
 }
 
 func addResponse(id uint64, members []*etcdserverpb.Member) AddResponse {

@@ -86,6 +86,11 @@ func (j Joiner) Promote(ctx context.Context, caPEM []byte, id uint64) error {
 	})
 }
 
+// RemoveLearner removes the learner id after a join that failed, once.
+func (j Joiner) RemoveLearner(ctx context.Context, caPEM []byte, id uint64) error {
+	return j.call(ctx, caPEM, http.MethodDelete, MembersPath, PromoteRequest{ID: strconv.FormatUint(id, 16)}, nil)
+}
+
 // retryable is a refusal the cluster asks to repeat (503).
 type retryable struct{ error }
 
@@ -94,7 +99,12 @@ type retryable struct{ error }
 func (j Joiner) retry(ctx context.Context, f func(context.Context) error) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, retryInterval, true, func(ctx context.Context) (bool, error) {
-		last = f(ctx)
+		err := f(ctx)
+		if ctx.Err() != nil && last != nil {
+			// Cut short by the deadline: the answer before says more.
+			return false, nil
+		}
+		last = err
 		var again retryable
 		if errors.As(last, &again) {
 			return false, nil

@@ -116,8 +116,8 @@ func (c cluster) members(t *testing.T) int {
 // TestJoinSteps: the CA is trusted only when signed with the token; the
 // record comes to the token's holder; a learner is added once, however
 // often its join is retried; another version is refused before the
-// cluster changes; a learner that never starts is not promoted, and the
-// wait for it is bounded.
+// cluster changes; a learner that never starts is not promoted, the wait
+// for it is bounded, and it can be removed again, unlike a voting member.
 func TestJoinSteps(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
@@ -166,6 +166,18 @@ func TestJoinSteps(t *testing.T) {
 	defer cancel()
 	if err := j.Promote(bounded, caPEM, id); err == nil || !strings.Contains(err.Error(), "promoting the member") {
 		t.Fatalf("promoting a learner that never started: %v", err)
+	}
+
+	// The failed join takes its learner away; a voting member stays.
+	if err := j.RemoveLearner(ctx, caPEM, id); err != nil || c.members(t) != 1 {
+		t.Fatalf("removing the learner: %v, %d members", err, c.members(t))
+	}
+	status, err := c.client.Status(ctx, c.client.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.RemoveLearner(ctx, caPEM, status.Header.MemberId); err == nil || !strings.Contains(err.Error(), "only a learner") || c.members(t) != 1 {
+		t.Fatalf("removing a voting member: %v, %d members", err, c.members(t))
 	}
 }
 

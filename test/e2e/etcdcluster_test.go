@@ -30,7 +30,7 @@ import (
 // server restarted on its data dir is the same member. What must be
 // refused is, with one line and the cluster unchanged: a wrong join token,
 // an unreachable --server, a record of another kplane version, a second
-// server taking a member's peer URL.
+// server taking a member's peer URL, a joiner whose member cannot start.
 func TestEmbeddedEtcdCluster(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -360,6 +360,13 @@ func embeddedClusterRefusals(t *testing.T, token string, one, two, three *framew
 		args := joinArgs(one.URL, token)
 		args[len(args)-1] = argValue(t, three.Args, "--etcd-peer-port")
 		refusedStart(t, t.TempDir(), "already belongs to the cluster", args...)
+	})
+	// Added as a learner, its member cannot listen (the peer port is
+	// taken): the join takes its learner away again.
+	t.Run("a member that cannot start", func(t *testing.T) {
+		args := joinArgs(one.URL, token)
+		args[len(args)-1] = strconv.Itoa(one.Port)
+		refusedStart(t, t.TempDir(), "was removed from the cluster", args...)
 	})
 	if after := members(); !slices.Equal(before, after) {
 		t.Errorf("the refused joins changed the members: %v, then %v", before, after)
