@@ -31,7 +31,7 @@ type Handler struct {
 	Client *clientv3.Client
 }
 
-// ServeHTTP routes the three requests of a join.
+// ServeHTTP routes the requests of a join.
 func (h Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !h.authorized(req) {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "the join token is not this kplane's")
