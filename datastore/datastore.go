@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,6 +29,17 @@ type Config = driver.Config
 
 // TLS holds the certificates of the embedded etcd.
 type TLS = driver.TLS
+
+// Member makes the embedded etcd a member of a cluster of servers.
+type Member = driver.Member
+
+// EtcdPeerCommonName is the common name of the embedded etcd members' peer
+// certificates.
+const EtcdPeerCommonName = etcd.PeerCommonName
+
+// HasEmbeddedEtcd reports whether dataDir holds the data of an embedded
+// etcd member that has started before.
+func HasEmbeddedEtcd(dataDir string) bool { return etcd.HasData(filepath.Join(dataDir, "etcd")) }
 
 // Datastore is a running (or reachable) datastore; Close stops an
 // embedded one.

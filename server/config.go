@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/server/healthz"
 
@@ -17,7 +18,9 @@ import (
 	"kplane.dev/kplane/planes/bootstrap"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/members"
 	"kplane.dev/kplane/server/metrics"
+	"kplane.dev/kplane/server/version"
 	"kplane.dev/kplane/snapshot"
 )
 
@@ -123,6 +126,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, err
 	}
+	if c.Options.EmbeddedCluster() {
+		return c.completeMember(ctx, lock)
+	}
 	var store *datastore.Datastore
 	issuer := c.ServerURL
 	if c.JoinToken != "" {
@@ -165,6 +171,9 @@ func (c *Config) completeCredentials(lock *os.File) (CompletedConfig, error) {
 			credentials.Issued{CertFile: etcdTLS.ClientCertFile, KeyFile: etcdTLS.ClientKeyFile, Leaf: credentials.Leaf{
 				CommonName: "kplane-apiserver", Client: true,
 			}})
+		if c.Options.EmbeddedCluster() {
+			issued = append(issued, c.peerCertificate())
+		}
 	}
 	certificates := credentials.NewRenewer(ca, issued...)
 	if _, err := certificates.EnsureAll(); err != nil {
@@ -219,7 +228,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	store := c.store
 	if store == nil {
 		var err error
-		if store, err = c.listenDatastore(ctx, c.EtcdTLS); err != nil {
+		if store, err = c.listenDatastore(ctx, c.EtcdTLS, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -280,22 +289,54 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			Datastore: append([]string{c.Options.DatastoreEndpoint}, store.Endpoints...),
 		},
 	}
-	completed, err := apiConfig.Complete(ctx)
+	membersClient, err := c.serveMembers(apiConfig, store)
 	if err != nil {
 		store.Close()
+		return nil, err
+	}
+	closeAll := func() {
+		if membersClient != nil {
+			membersClient.Close()
+		}
+		store.Close()
+	}
+	completed, err := apiConfig.Complete(ctx)
+	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	api, err := completed.New()
 	if err != nil {
-		store.Close()
+		closeAll()
 		return nil, err
 	}
-	return &Server{config: c, datastore: store, api: api}, nil
+	return &Server{config: c, datastore: store, api: api, membersClient: membersClient}, nil
+}
+
+// serveMembers makes the apiserver sign its CA with the join token and,
+// on a member of an embedded etcd cluster, serve the join requests of
+// other servers (package server/members) through a client of the member,
+// which it returns for the server to close.
+func (c CompletedConfig) serveMembers(apiConfig *apiserver.Config, store *datastore.Datastore) (*clientv3.Client, error) {
+	if c.JoinToken == "" {
+		return nil, nil
+	}
+	apiConfig.CACertJoinSignature = credentials.SignCA(c.JoinToken, c.CA.PEM)
+	if !c.Options.EmbeddedCluster() {
+		return nil, nil
+	}
+	client, err := store.Client()
+	if err != nil {
+		return nil, err
+	}
+	apiConfig.EtcdMembers = members.Handler{Token: c.JoinToken, Version: version.Version, Client: client}
+	return client, nil
 }
 
 // listenDatastore starts (or checks) the datastore; embedded is the
-// embedded etcd's TLS, unused by the other kinds.
-func (c *Config) listenDatastore(ctx context.Context, embedded datastore.TLS) (*datastore.Datastore, error) {
+// embedded etcd's TLS and member its membership of a cluster (nil: alone),
+// unused by the other kinds.
+func (c *Config) listenDatastore(ctx context.Context, embedded datastore.TLS, member *datastore.Member) (*datastore.Datastore, error) {
 	return datastore.Listen(ctx, datastore.Config{
 		Endpoint:    c.Options.DatastoreEndpoint,
 		DataDir:     c.DataDir,
@@ -303,6 +344,7 @@ func (c *Config) listenDatastore(ctx context.Context, embedded datastore.TLS) (*
 		CertFile:    c.Options.DatastoreCertFile,
 		KeyFile:     c.Options.DatastoreKeyFile,
 		EmbeddedTLS: embedded,
+		Member:      member,
 		// kine's SQL latencies next to the apiserver's own on /metrics.
 		MetricsRegisterer: metrics.Registerer(),
 	})

@@ -101,7 +101,7 @@ func TestJoinTokenOptions(t *testing.T) {
 		{[]string{"--join-token", token, "--datastore-endpoint", etcd}, ""},
 		{[]string{"--token", token, "--datastore-endpoint", "postgres://u@db/kplane"}, ""},
 		{[]string{"--join-token", token}, "needs a datastore several servers share"},
-		{[]string{"--join-token", token, "--datastore-endpoint", "etcd"}, "needs a datastore several servers share"},
+		{[]string{"--join-token", token, "--datastore-endpoint", "etcd"}, "needs --cluster-init (the first server) or --server"},
 		{[]string{"--join-token", "short", "--datastore-endpoint", etcd}, "at least 16 characters"},
 		{[]string{"--join-token", token, "--join-token-file", "/x", "--datastore-endpoint", etcd}, "give one"},
 	} {
@@ -124,5 +124,31 @@ func TestJoinTokenOptions(t *testing.T) {
 	}
 	if cfg.JoinToken != token {
 		t.Fatalf("token from KPLANE_JOIN_TOKEN_FILE: %q", cfg.JoinToken)
+	}
+}
+
+// --cluster-init and --server: an embedded etcd cluster, with a join
+// token, one of the two, a peer address the others can reach.
+func TestEmbeddedClusterOptions(t *testing.T) {
+	token := strings.Repeat("t", 16)
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--cluster-init"}, ""},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--server", "https://10.0.0.1:6443", "--etcd-peer-port", "2381"}, ""},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--cluster-init", "--bind-address", "0.0.0.0", "--etcd-advertise-address", "10.0.0.1"}, ""},
+		{[]string{"--datastore-endpoint", "etcd", "--cluster-init"}, "needs a --join-token"},
+		{[]string{"--cluster-init"}, "need --datastore-endpoint etcd"},
+		{[]string{"--join-token", token, "--cluster-init"}, "etcd with --cluster-init or --server"},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--cluster-init", "--server", "https://a:6443"}, "give one"},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--server", "http://a:6443"}, "want https://host:port"},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--cluster-init", "--etcd-peer-port", "0"}, "out of range"},
+		{[]string{"--datastore-endpoint", "etcd", "--join-token", token, "--cluster-init", "--bind-address", "0.0.0.0"}, "--etcd-advertise-address is needed"},
+	} {
+		err := run(t, c.args...).Validate()
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.err)
+		}
 	}
 }

@@ -22,27 +22,44 @@ import (
 func (c *Config) join(ctx context.Context) (*datastore.Datastore, string, error) {
 	// Joining is for shared datastores only (validateJoin): none of them
 	// needs the kplane CA, which may not exist yet.
-	store, err := c.listenDatastore(ctx, datastore.TLS{})
+	store, err := c.listenDatastore(ctx, datastore.TLS{}, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("refusing to start: %w", err)
 	}
-	client, err := store.Client()
+	issuer, err := c.joinDatastore(ctx, store)
 	if err != nil {
 		store.Close()
 		return nil, "", err
 	}
-	defer client.Close()
-	joiner := join.Joiner{
-		KV: client, Token: c.JoinToken, Version: version.Version, Issuer: c.ServerURL,
-		DataDir: c.DataDir, Files: c.sharedFiles(), Generate: c.ensureSharedCredentials,
+	return store, issuer, nil
+}
+
+// joinDatastore leaves the data dir holding the credentials of the
+// datastore's record, or stores this server's as the record (the first
+// server); it returns the service-account issuer base URL.
+func (c *Config) joinDatastore(ctx context.Context, store *datastore.Datastore) (string, error) {
+	client, err := store.Client()
+	if err != nil {
+		return "", err
 	}
+	defer client.Close()
+	joiner := c.credentialsJoiner()
+	joiner.KV = client
 	joined, err := joiner.Join(ctx)
 	if err != nil {
-		store.Close()
-		return nil, "", fmt.Errorf("refusing to start: %w", err)
+		return "", fmt.Errorf("refusing to start: %w", err)
 	}
 	logrus.WithField("datastore", store.Description).WithField("serviceAccountIssuer", joined.ServiceAccountIssuer).Info(string(joined.Outcome))
-	return store, joined.ServiceAccountIssuer, nil
+	return joined.ServiceAccountIssuer, nil
+}
+
+// credentialsJoiner joins the shared credentials of this server's data
+// dir with the record, its KV to be set for a join through the datastore.
+func (c *Config) credentialsJoiner() join.Joiner {
+	return join.Joiner{
+		Token: c.JoinToken, Version: version.Version, Issuer: c.ServerURL,
+		DataDir: c.DataDir, Files: c.sharedFiles(), Generate: c.ensureSharedCredentials,
+	}
 }
 
 // sharedFiles are the credentials that make servers one kplane: the CA

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,11 +37,20 @@ type Options struct {
 	DatastoreEndpoint string
 	// JoinToken (or the content of JoinTokenFile) makes the servers of one
 	// shared datastore one kplane (package server/join).
-	JoinToken         string
-	JoinTokenFile     string
-	DatastoreCAFile   string
-	DatastoreCertFile string
-	DatastoreKeyFile  string
+	JoinToken     string
+	JoinTokenFile string
+	// ClusterInit makes the embedded etcd the first member of a cluster
+	// that servers started with JoinServer join (package server/members).
+	ClusterInit bool
+	// JoinServer is the URL of a server of that cluster (--server).
+	JoinServer string
+	// EtcdAdvertiseAddress and EtcdPeerPort are where the embedded etcd
+	// member of a cluster listens for its peers (default: --bind-address).
+	EtcdAdvertiseAddress string
+	EtcdPeerPort         int
+	DatastoreCAFile      string
+	DatastoreCertFile    string
+	DatastoreKeyFile     string
 	// CompactionInterval: every interval the datastore is compacted up to
 	// the revision of the interval before (kube-apiserver's
 	// --etcd-compaction-interval); 0 never compacts.
@@ -162,6 +172,7 @@ func NewOptions() *Options {
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
 		CompactionInterval:          5 * time.Minute,
+		EtcdPeerPort:                2380,
 		Simulation:                  true,
 		SimulationNodes:             3,
 		SimulationNodeCPU:           "8",
@@ -286,6 +297,8 @@ func (o *Options) Validate() error {
 		errs = append(errs, err.Error())
 	} else if err := o.validateJoin(); err != nil {
 		errs = append(errs, err.Error())
+	} else if err := o.validateCluster(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	for _, san := range o.TLSSANs {
 		if strings.TrimSpace(san) == "" || strings.ContainsAny(san, " /") {
@@ -346,10 +359,58 @@ func (o *Options) validateJoin() error {
 		}
 	}
 	switch kind, _ := datastore.KindOf(o.DatastoreEndpoint); kind {
-	case datastore.SQLite, datastore.EmbeddedEtcd:
-		return fmt.Errorf("--join-token needs a datastore several servers share (--datastore-endpoint https://etcd:2379, postgres://… or mysql://…); the %s datastore serves this server only", kind)
+	case datastore.SQLite:
+		return fmt.Errorf("--join-token needs a datastore several servers share (--datastore-endpoint https://etcd:2379, postgres://… or mysql://…, or an embedded etcd cluster: etcd with --cluster-init or --server); the %s datastore serves this server only", kind)
+	case datastore.EmbeddedEtcd:
+		if !o.EmbeddedCluster() {
+			return fmt.Errorf("--join-token with the embedded etcd needs --cluster-init (the first server) or --server https://first:6443 (the others)")
+		}
 	}
 	return nil
+}
+
+// EmbeddedCluster reports whether the embedded etcd is a member of a
+// cluster of several servers.
+func (o *Options) EmbeddedCluster() bool { return o.ClusterInit || o.JoinServer != "" }
+
+// validateCluster checks the options of an embedded etcd cluster.
+func (o *Options) validateCluster() error {
+	if !o.EmbeddedCluster() {
+		return nil
+	}
+	if kind, _ := datastore.KindOf(o.DatastoreEndpoint); kind != datastore.EmbeddedEtcd {
+		return fmt.Errorf("--cluster-init and --server form an embedded etcd cluster: they need --datastore-endpoint etcd")
+	}
+	if o.ClusterInit && o.JoinServer != "" {
+		return fmt.Errorf("--cluster-init starts a cluster, --server joins one: give one")
+	}
+	if o.JoinToken == "" && o.JoinTokenFile == "" {
+		return fmt.Errorf("an embedded etcd cluster needs a --join-token (e.g. openssl rand -hex 32), the same on every server")
+	}
+	if o.JoinServer != "" {
+		if u, err := url.Parse(o.JoinServer); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("--server %q: want https://host:port of a server of the cluster", o.JoinServer)
+		}
+	}
+	if o.EtcdPeerPort < 1 || o.EtcdPeerPort > 65535 {
+		return fmt.Errorf("--etcd-peer-port %d is out of range", o.EtcdPeerPort)
+	}
+	if o.EtcdAdvertiseAddress == "" {
+		if ip := net.ParseIP(o.BindAddress); ip != nil && ip.IsUnspecified() {
+			return fmt.Errorf("--etcd-advertise-address is needed with --bind-address %s: the address the other servers reach this one's etcd peer port at", o.BindAddress)
+		}
+	} else if strings.ContainsAny(o.EtcdAdvertiseAddress, " /:") && net.ParseIP(o.EtcdAdvertiseAddress) == nil {
+		return fmt.Errorf("--etcd-advertise-address %q is neither a host name nor an IP address", o.EtcdAdvertiseAddress)
+	}
+	return nil
+}
+
+// etcdAdvertiseAddress is where the member's peers reach it.
+func (o *Options) etcdAdvertiseAddress() string {
+	if o.EtcdAdvertiseAddress != "" {
+		return o.EtcdAdvertiseAddress
+	}
+	return o.BindAddress
 }
 
 func validateJoinToken(token string) error {

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/server/apiserver"
@@ -15,6 +16,9 @@ type Server struct {
 	config    CompletedConfig
 	datastore *datastore.Datastore
 	api       *apiserver.Server
+	// membersClient serves the join requests of an embedded etcd
+	// cluster's other servers (nil: not a member of one).
+	membersClient *clientv3.Client
 }
 
 // Datastore describes the datastore in use.
@@ -29,6 +33,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopRenewing()
 	go s.config.Certificates.Run(renewing)
 	err := s.api.Run(ctx)
+	if s.membersClient != nil {
+		s.membersClient.Close()
+	}
 	s.datastore.Close()
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// EmbeddedTLS secures the embedded etcd (server and client certificates).
 	EmbeddedTLS TLS
+	// Member, when set, makes the embedded etcd a member of a cluster that
+	// other servers join over its peer URL; nil: a member alone on loopback.
+	Member *Member
 	// MetricsRegisterer, when set, receives kine's SQL metrics
 	// (kine_sql_time_seconds, ...).
 	MetricsRegisterer prometheus.Registerer
@@ -45,6 +50,28 @@ type TLS struct {
 	CAFile                        string
 	ServerCertFile, ServerKeyFile string
 	ClientCertFile, ClientKeyFile string
+}
+
+// Member is an embedded etcd that belongs to a cluster of several servers.
+type Member struct {
+	// Name is the member's name in the cluster (the server's name).
+	Name string
+	// PeerHost and PeerPort are where the member listens for its peers and
+	// what it advertises to them.
+	PeerHost string
+	PeerPort int
+	// PeerCertFile and PeerKeyFile authenticate the member to its peers
+	// and them to it; they are issued by the CA of EmbeddedTLS.
+	PeerCertFile, PeerKeyFile string
+	// InitialCluster lists the members (name=peerURL,…) of the cluster a
+	// new member joins, itself included; empty: a new cluster of this
+	// member alone. A member with data ignores it.
+	InitialCluster string
+}
+
+// PeerURL is the URL the member's peers reach it at.
+func (m Member) PeerURL() string {
+	return "https://" + net.JoinHostPort(m.PeerHost, strconv.Itoa(m.PeerPort))
 }
 
 // Datastore is a running (or reachable) datastore.

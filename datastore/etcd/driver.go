@@ -65,7 +65,7 @@ func (Driver) Listen(ctx context.Context, kind driver.Kind, cfg driver.Config) (
 func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, error) {
 	dir := filepath.Join(cfg.DataDir, "etcd")
 	sctx, cancel := context.WithCancel(context.Background())
-	e, err := Start(ctx, Config{DataDir: dir, TLS: cfg.EmbeddedTLS, StartTimeout: cfg.StartTimeout})
+	e, err := Start(ctx, Config{DataDir: dir, TLS: cfg.EmbeddedTLS, StartTimeout: cfg.StartTimeout, Member: cfg.Member})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("datastore %q: %w", cfg.Endpoint, err)
@@ -76,8 +76,12 @@ func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, e
 		e.Close()
 		close(done)
 	}()
+	description := "embedded etcd in " + dir
+	if cfg.Member != nil {
+		description = fmt.Sprintf("embedded etcd member %s (peers at %s) in %s", cfg.Member.Name, cfg.Member.PeerURL(), dir)
+	}
 	return driver.Embedded(driver.Datastore{
-		Kind: Embedded, Description: "embedded etcd in " + dir,
+		Kind: Embedded, Description: description,
 		Endpoints: e.Endpoints(), CAFile: cfg.EmbeddedTLS.CAFile, CertFile: cfg.EmbeddedTLS.ClientCertFile, KeyFile: cfg.EmbeddedTLS.ClientKeyFile,
 	}, cancel, done), nil
 }

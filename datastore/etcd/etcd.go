@@ -1,6 +1,3 @@
-// Package etcd runs a single-member etcd inside the kplane process, on
-// loopback, with TLS and client-certificate authentication so that no other
-// local process can read or write the planes' data.
 package etcd
 
 import (
@@ -14,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"kplane.dev/kplane/datastore/driver"
@@ -24,25 +22,65 @@ type Config struct {
 	DataDir      string
 	TLS          driver.TLS
 	StartTimeout time.Duration
+	// Member makes it a member of a cluster (nil: alone, peers on loopback).
+	Member *driver.Member
 }
+
+// PeerCommonName is the common name a member's peer certificate carries:
+// peers accept no other certificate of the kplane CA (a serving or client
+// certificate stolen from a server is no way into the cluster).
+const PeerCommonName = "kplane-etcd-peer"
 
 // Etcd is a running embedded etcd.
 type Etcd struct {
 	server   *embed.Etcd
 	endpoint string
+	log      *startLog
 }
 
 // Endpoints is the client URL of the member.
 func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
 
-// Close stops the member and closes its database.
-func (e *Etcd) Close() { e.server.Close() }
+// Close stops the member and closes its database. etcd logs each of its
+// listeners closing as an error: those lines are dropped.
+func (e *Etcd) Close() {
+	e.log.mute()
+	e.server.Close()
+}
 
 // Start starts the member and returns once it serves requests.
 func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
+	ec, err := embedConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := newStartLog(os.Stderr)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(log.logger())
+	server, err := embed.StartEtcd(ec)
+	if err != nil {
+		err = fmt.Errorf("starting embedded etcd: %w", err)
+	} else if err = waitReady(ctx, server, cfg); err != nil {
+		server.Close()
+	}
+	if err != nil {
+		path := filepath.Join(cfg.DataDir, "start-failure.log")
+		if log.keep(path) == nil {
+			return nil, fmt.Errorf("%w (etcd's log: %s)", err, path)
+		}
+		return nil, err
+	}
+	log.release()
+	return &Etcd{server: server, endpoint: ec.AdvertiseClientUrls[0].String(), log: log}, nil
+}
+
+// embedConfig is the member's configuration: clients on loopback with
+// client-certificate authentication, peers on loopback over plain HTTP
+// when alone, or on the member's peer address over mutual TLS in a
+// cluster.
+func embedConfig(cfg Config) (*embed.Config, error) {
 	clientPort, peerPort, err := ports(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -53,42 +91,88 @@ func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	ec := embed.NewConfig()
 	ec.Name = "kplane"
 	ec.Dir = filepath.Join(cfg.DataDir, "data")
+	if m := cfg.Member; m != nil {
+		u, err := url.Parse(m.PeerURL())
+		if err != nil {
+			return nil, fmt.Errorf("embedded etcd peer URL: %w", err)
+		}
+		ec.Name, peerURL = m.Name, *u
+		ec.PeerTLSInfo = transport.TLSInfo{
+			CertFile: m.PeerCertFile, KeyFile: m.PeerKeyFile, TrustedCAFile: cfg.TLS.CAFile,
+			ClientCertAuth: true, AllowedCNs: []string{PeerCommonName},
+		}
+	}
 	ec.ListenClientUrls = []url.URL{clientURL}
 	ec.AdvertiseClientUrls = []url.URL{clientURL}
 	ec.ListenPeerUrls = []url.URL{peerURL}
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if m := cfg.Member; m != nil && m.InitialCluster != "" && !HasData(cfg.DataDir) {
+		ec.InitialCluster, ec.ClusterState = m.InitialCluster, embed.ClusterStateFlagExisting
+	}
 	ec.ClientTLSInfo.CertFile = cfg.TLS.ServerCertFile
 	ec.ClientTLSInfo.KeyFile = cfg.TLS.ServerKeyFile
 	ec.ClientTLSInfo.TrustedCAFile = cfg.TLS.CAFile
 	ec.ClientTLSInfo.ClientCertAuth = true
 	ec.Logger = "zap"
 	ec.LogLevel = "error"
-	ec.LogOutputs = []string{"stderr"}
 	ec.QuotaBackendBytes = 8 << 30
 	ec.ListenMetricsUrls = nil
+	return ec, nil
+}
 
-	server, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("starting embedded etcd: %w", err)
-	}
+// HasData reports whether the member in dir (<data-dir>/etcd) has started
+// before: it then belongs to the cluster its data names, whatever the
+// configuration says.
+func HasData(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "data", "member", "wal"))
+	return err == nil
+}
+
+// waitReady waits until the member serves, fails or stops (a member
+// removed from its cluster stops), at most cfg.StartTimeout.
+func waitReady(ctx context.Context, server *embed.Etcd, cfg Config) error {
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
 		timeout = time.Minute
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-server.Server.ReadyNotify():
+		return nil
 	case err := <-server.Err():
-		server.Close()
-		return nil, fmt.Errorf("embedded etcd: %w", err)
-	case <-time.After(timeout):
-		server.Close()
-		return nil, fmt.Errorf("embedded etcd not ready after %s", timeout)
+		if stopped(server) {
+			return errStopped(cfg)
+		}
+		return fmt.Errorf("embedded etcd: %w", err)
+	case <-server.Server.StopNotify():
+		return errStopped(cfg)
+	case <-timer.C:
+		if cfg.Member != nil {
+			return fmt.Errorf("the embedded etcd member %s was not ready after %s: its peers are unreachable or its cluster has lost its quorum", cfg.Member.Name, timeout)
+		}
+		return fmt.Errorf("embedded etcd not ready after %s", timeout)
 	case <-ctx.Done():
-		server.Close()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	return &Etcd{server: server, endpoint: clientURL.String()}, nil
+}
+
+// stopped reports whether the member stopped on its own: the listeners'
+// errors that follow are its consequence.
+func stopped(server *embed.Etcd) bool {
+	select {
+	case <-server.Server.StopNotify():
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// errStopped is a member that stopped before it served: the usual cause
+// is that its peers no longer count it as a member.
+func errStopped(cfg Config) error {
+	return fmt.Errorf("the embedded etcd member in %s stopped before it was ready: it was probably removed from its cluster (then empty %s and join again with --server)", cfg.DataDir, cfg.DataDir)
 }
 
 // ports returns the client and peer ports of the member: picked once, then

@@ -29,12 +29,14 @@ import (
 
 // publicPaths answer without credentials, on the root plane only: health
 // and version for probes and load balancers, kplane's own API contract for
-// SDK generators, the CA for clients bootstrapping trust. Nothing that reads or writes plane state is public, and a
+// SDK generators, the CA for clients bootstrapping trust, the join
+// requests of an embedded etcd cluster (which carry the join token). Nothing that reads or writes plane state is public, and a
 // probe of another plane's path never tells whether that plane exists.
 var publicPaths = []string{
 	"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/version",
 	"/openapi/kplane.yaml", "/openapi/kplane.json",
 	caCertsPath,
+	etcdMembersPrefix + "*",
 }
 
 func isPublicPath(path string) bool {

@@ -11,10 +11,14 @@ import (
 // container) can learn which CA to trust before it sends the token.
 const caCertsPath = "/cacerts"
 
-// caCertsHandler serves caPEM with its signature (credentials.SignCA);
-// the client checks the signature with the token it holds, so a server
-// in the middle cannot hand it another CA.
-func caCertsHandler(caPEM []byte, signature string) http.Handler {
+// etcdMembersPrefix is where the join requests of an embedded etcd
+// cluster are served (Config.EtcdMembers).
+const etcdMembersPrefix = "/kplane/etcd/"
+
+// caCertsHandler serves caPEM with its signatures (credentials.SignCA)
+// under the admin token and the join token; the client checks the one of
+// the token it holds, so a server in the middle cannot hand it another CA.
+func caCertsHandler(caPEM []byte, signature, joinSignature string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -23,6 +27,9 @@ func caCertsHandler(caPEM []byte, signature string) http.Handler {
 		}
 		if signature != "" {
 			w.Header().Set(credentials.CASignatureHeader, signature)
+		}
+		if joinSignature != "" {
+			w.Header().Set(credentials.CAJoinSignatureHeader, joinSignature)
 		}
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		w.Header().Set("Cache-Control", "no-store")

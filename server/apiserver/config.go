@@ -101,6 +101,13 @@ type Config struct {
 	CACert []byte
 	// CACertSignature signs CACert on /cacerts (empty: served unsigned).
 	CACertSignature string
+	// CACertJoinSignature signs CACert with the join token on /cacerts
+	// (empty: no join token).
+	CACertJoinSignature string
+	// EtcdMembers, when set, serves the join requests of an embedded etcd
+	// cluster below /kplane/etcd/ (package server/members); it
+	// authenticates them with the join token itself.
+	EtcdMembers http.Handler
 	// AdminUser is the name of the admin identity; nobody but
 	// system:masters may impersonate it.
 	AdminUser string

@@ -267,9 +267,13 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 }
 
 // installServerEndpoints adds what the root plane serves besides the APIs:
-// the signed CA, the readyz checks of the process, kplane's metrics.
+// the signed CA, the join requests of an embedded etcd cluster, the
+// readyz checks of the process, kplane's metrics.
 func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus, electors *electors) error {
-	server.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature))
+	server.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature, c.config.CACertJoinSignature))
+	if c.config.EtcdMembers != nil {
+		server.Handler.NonGoRestfulMux.HandlePrefix(etcdMembersPrefix, c.config.EtcdMembers)
+	}
 	if err := addReadyzChecks(server, c.config.ReadyzChecks); err != nil {
 		return err
 	}

@@ -13,6 +13,12 @@ import (
 // connection: only a server that knows the token can sign it.
 const CASignatureHeader = "Kplane-Ca-Signature"
 
+// CAJoinSignatureHeader carries, on GET /cacerts of a server started with
+// a join token, an HMAC-SHA256 of the CA keyed with the join token: a
+// server joining an embedded etcd cluster trusts the CA before it sends
+// the token (package server/members).
+const CAJoinSignatureHeader = "Kplane-Ca-Join-Signature"
+
 // SignCA returns the signature of caPEM under token (hex).
 func SignCA(token string, caPEM []byte) string {
 	mac := hmac.New(sha256.New, []byte(token))

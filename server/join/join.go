@@ -69,6 +69,20 @@ func (j Joiner) Join(ctx context.Context) (Result, error) {
 	return Result{Outcome: outcome, ServiceAccountIssuer: issuer}, err
 }
 
+// Adopt makes the data dir hold the credentials of record, a record
+// fetched from a server of the kplane instead of read from the datastore
+// (a member joining an embedded etcd cluster has no datastore yet). It
+// refuses as Join does: a wrong token, another version, a data dir of
+// another kplane.
+func (j Joiner) Adopt(record []byte) (Result, error) {
+	local, err := j.Files.Read()
+	if err != nil {
+		return Result{}, err
+	}
+	outcome, issuer, err := j.adopt(local, record, false)
+	return Result{Outcome: outcome, ServiceAccountIssuer: issuer}, err
+}
+
 func (j Joiner) join(ctx context.Context) (Outcome, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
