@@ -78,6 +78,12 @@ func StartServer(tb testing.TB, opts Options) *Server {
 			s.DumpLog(tb, 400)
 		}
 		s.Stop()
+		// A data dir made here goes with a passed test (a full e2e run
+		// made hundreds, gigabytes on a developer's disk); a failed one
+		// keeps it to look at.
+		if opts.DataDir == "" && !tb.Failed() {
+			os.RemoveAll(s.DataDir)
+		}
 	})
 	return s
 }
