@@ -81,10 +81,12 @@ func Listen(ctx context.Context, cfg Config) (*Kine, error) {
 
 // listen starts kine serving the etcd API on server.
 func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error) {
+	dsn := cfg.Endpoint
 	if path, ok := sqlitePath(cfg.Endpoint); ok {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 		}
+		dsn = withoutNeedlessVacuum(dsn, path)
 	}
 	listener := "unix://" + filepath.Join(cfg.SocketDir, "kine.sock")
 	if len(listener) > maxSocketPath {
@@ -95,7 +97,7 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 	config := endpoint.Config{
 		GRPCServer:           server,
 		Listener:             listener,
-		Endpoint:             cfg.Endpoint,
+		Endpoint:             dsn,
 		WaitGroup:            wg,
 		BackendTLSConfig:     tls.Config{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile},
 		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
