@@ -179,6 +179,9 @@ type completedConfig struct {
 	webhooks webhookPlugins
 	// audit keeps the planes' trails (nil: auditing off).
 	audit *auditParts
+	// loopbackHangUp is the serving listener; its filter tells it the
+	// in-process clients' connections (nil: nothing to hang up).
+	loopbackHangUp *loopbackHangUp
 }
 
 // Complete builds the upstream configuration. It touches no network and no
@@ -217,7 +220,10 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	genericConfig.RESTOptionsGetter = stores.Wrap(genericConfig.RESTOptionsGetter)
 	// New installs the OpenAPI documents, v2 built on its first request.
 	genericConfig.SkipOpenAPIInstallation = true
-	genericConfig.SecureServing.Listener = hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
+	hangUp := hangUpLoopbackOnClose(genericConfig.SecureServing.Listener, genericConfig.LoopbackClientConfig)
+	if hangUp != nil {
+		genericConfig.SecureServing.Listener = hangUp
+	}
 	auditParts, err := c.newAudit(genericConfig)
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("audit: %w", err)
@@ -259,6 +265,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		crdGetters:      getters,
 		webhooks:        hooks,
 		audit:           auditParts,
+		loopbackHangUp:  hangUp,
 	}}, nil
 }
 

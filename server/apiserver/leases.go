@@ -135,10 +135,11 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 	running.Wait()
 }
 
-// run starts campaigning for every Lease, until ctx is done.
-func (e *electors) run(ctx context.Context) {
+// run starts campaigning for every Lease, until ctx is done; work waits
+// for each elector to release its Lease and end its term.
+func (e *electors) run(ctx context.Context, work *inProcessWork) {
 	for _, el := range e.all {
-		go el.Run(ctx)
+		work.Go(ctx, el.Run)
 	}
 }
 

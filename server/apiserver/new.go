@@ -102,14 +102,14 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	started := components{
 		loopback: loopbackConfig, boot: boot, customResources: customResources,
-		controllers: genericControllers, planes: manager, simulation: sim,
+		controllers: genericControllers, planes: manager, simulation: sim, work: newInProcessWork(),
 	}
 	electors, err := c.newElectors(started)
 	if err != nil {
 		return nil, err
 	}
 	started.electors = electors
-	if err := c.installServerEndpoints(generic, planeCensus{manager}, electors); err != nil {
+	if err := c.installServerEndpoints(generic, planeCensus{manager}, electors, started.work); err != nil {
 		return nil, err
 	}
 	if err := c.addPostStartHooks(generic, started); err != nil {
@@ -263,13 +263,14 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	handler = enforcer.Filter(handler, gc.Serializer)
 	handler = manager.Filter(handler, gc.Serializer)
 	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
-	return routing.WithRouting(handler, gc.Serializer), nil
+	return c.loopbackHangUp.Filter(routing.WithRouting(handler, gc.Serializer)), nil
 }
 
 // installServerEndpoints adds what the root plane serves besides the APIs:
 // the signed CA, the join requests of an embedded etcd cluster, the
 // readyz checks of the process, kplane's metrics.
-func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus, electors *electors) error {
+func (c CompletedConfig) installServerEndpoints(server *genericapiserver.GenericAPIServer, census planeCensus, electors *electors,
+	work *inProcessWork) error {
 	server.Handler.NonGoRestfulMux.Handle(caCertsPath, caCertsHandler(c.config.CACert, c.config.CACertSignature, c.config.CACertJoinSignature))
 	if c.config.EtcdMembers != nil {
 		server.Handler.NonGoRestfulMux.HandlePrefix(etcdMembersPrefix, c.config.EtcdMembers)
@@ -281,8 +282,8 @@ func (c CompletedConfig) installServerEndpoints(server *genericapiserver.Generic
 		kplanemetrics.NewLeaderCollector(electors.leases())); err != nil {
 		return err
 	}
-	server.AddPostStartHookOrDie("kplane-metrics", func(ctx genericapiserver.PostStartHookContext) error {
-		go c.metrics.Run(ctx, census)
+	server.AddPostStartHookOrDie("kplane-metrics", func(hook genericapiserver.PostStartHookContext) error {
+		work.Go(hook, func(ctx context.Context) { c.metrics.Run(ctx, census) })
 		return nil
 	})
 	return nil
@@ -297,32 +298,40 @@ type components struct {
 	planes          *lifecycle.Manager
 	simulation      *simulation.Simulation
 	electors        *electors
+	work            *inProcessWork
 }
 
-// addPostStartHooks starts the plane glue once the server serves.
+// addPostStartHooks starts the plane glue once the server serves, and
+// stops it before the server stops accepting requests (inProcessWork).
 func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPIServer, s components) error {
-	server.AddPostStartHookOrDie("kplane-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		go s.customResources.Run(ctx)
-		select {
-		case <-s.customResources.HasSynced():
-		case <-ctx.Done():
-		}
-		return nil
+	work := s.work
+	server.AddPostStartHookOrDie("kplane-crds", func(hook genericapiserver.PostStartHookContext) error {
+		work.Go(hook, s.customResources.Run)
+		return work.Do(hook, func(ctx context.Context) error {
+			select {
+			case <-s.customResources.HasSynced():
+			case <-ctx.Done():
+			}
+			return nil
+		})
 	})
-	server.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(ctx genericapiserver.PostStartHookContext) error {
-		return s.boot.Ensure(ctx, planes.Root)
+	server.AddPostStartHookOrDie("kplane-bootstrap-root-plane", func(hook genericapiserver.PostStartHookContext) error {
+		return work.Do(hook, func(ctx context.Context) error { return s.boot.Ensure(ctx, planes.Root) })
 	})
-	server.AddPostStartHookOrDie("kplane-root-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		return installRootCRDs(ctx, s.loopback)
+	server.AddPostStartHookOrDie("kplane-root-crds", func(hook genericapiserver.PostStartHookContext) error {
+		return work.Do(hook, func(ctx context.Context) error { return installRootCRDs(ctx, s.loopback) })
 	})
-	server.AddPostStartHookOrDie("kplane-planes", func(ctx genericapiserver.PostStartHookContext) error {
-		if err := waitForRootCRDs(ctx, s.loopback); err != nil {
-			return err
-		}
-		go s.planes.Run(ctx)
-		return waitFor(ctx, s.planes.HasSynced)
+	server.AddPostStartHookOrDie("kplane-planes", func(hook genericapiserver.PostStartHookContext) error {
+		return work.Do(hook, func(ctx context.Context) error {
+			if err := waitForRootCRDs(ctx, s.loopback); err != nil {
+				return err
+			}
+			// Runs past the hook: started on the hook's context.
+			work.Go(hook, s.planes.Run)
+			return waitFor(ctx, s.planes.HasSynced)
+		})
 	})
-	server.AddPostStartHookOrDie("kplane-controllers", func(ctx genericapiserver.PostStartHookContext) error {
+	server.AddPostStartHookOrDie("kplane-controllers", func(hook genericapiserver.PostStartHookContext) error {
 		// Campaigning starts at once: the root CRDs the other hooks wait
 		// for are established by the holder of the plane lifecycle's
 		// Lease. Each term waits for what it needs (controllers address
@@ -334,9 +343,9 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// Nothing is written before the watch caches hold their state: a
 		// write in between would make a watch resumed from before a
 		// restart answer 410 instead of going on.
-		waitForWatchCaches(ctx, c.storage.Stores())
-		s.electors.run(ctx)
-		return s.electors.waitForManifests(ctx)
+		waitForWatchCaches(hook, c.storage.Stores())
+		s.electors.run(hook, work)
+		return work.Do(hook, s.electors.waitForManifests)
 	})
 	server.AddPostStartHookOrDie("kplane-watch-caches", func(ctx genericapiserver.PostStartHookContext) error {
 		// Ready once every watch cache holds its state, as kube-apiserver's
@@ -345,22 +354,26 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		waitForWatchCaches(ctx, c.storage.Stores())
 		return nil
 	})
-	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(ctx genericapiserver.PostStartHookContext) error {
-		go releaseStartupMemory(ctx, s)
+	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {
+		work.Go(hook, func(ctx context.Context) { releaseStartupMemory(ctx, s) })
 		return nil
 	})
 	if c.audit != nil {
-		server.AddPostStartHookOrDie("kplane-audit", func(ctx genericapiserver.PostStartHookContext) error {
+		server.AddPostStartHookOrDie("kplane-audit", func(hook genericapiserver.PostStartHookContext) error {
 			// The logs of planes deleted while the server was down go once
 			// every plane is known.
-			go func() {
+			work.Go(hook, func(ctx context.Context) {
 				if waitFor(ctx, s.planes.HasSynced) == nil {
 					c.audit.trails.Sweep()
 				}
-			}()
+			})
 			return nil
 		})
 	}
+	server.AddPreShutdownHookOrDie("kplane-stop-work", func() error {
+		work.Stop(workStopTimeout)
+		return nil
+	})
 	return nil
 }
 

@@ -89,7 +89,8 @@ func (e *Elector) Holder() string { return e.holder.Load().(string) }
 // Run campaigns until ctx is done: a lost Lease ends the term (its
 // context is cancelled, and Run waits for it to return) and the server
 // campaigns again. On a graceful stop the Lease is released, so another
-// server takes over at once.
+// server takes over at once; Run returns once the Lease is released and
+// the term has returned.
 func (e *Elector) Run(ctx context.Context) {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, Namespace, e.config.Lease,
 		e.config.Client.CoreV1(), e.config.Client.CoordinationV1(),
@@ -105,6 +106,10 @@ func (e *Elector) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		e.campaign(ctx, lock)
 	}
+	// client-go runs the term in a goroutine of its own: wait for it (a
+	// term that had yet to start sees its context done and returns).
+	e.term.Lock()
+	defer e.term.Unlock()
 }
 
 // campaign waits for the Lease and runs one term while it is held.

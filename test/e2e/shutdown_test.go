@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,4 +90,55 @@ func TestShutdownUnderLoadDrains(t *testing.T) {
 		total += len(acked[p])
 	}
 	t.Logf("%d acknowledged writes across %d planes, all there after the restart", total, writers)
+}
+
+// A graceful stop ends the server's in-process work while the server
+// still serves it: the work's last writes, the release of the sole
+// server's Leases, are answered (200), and no in-process request is refused
+// as "apiserver is shutting down" (upstream refuses requests once it has
+// stopped accepting them, and work stopped only then raced the listener's
+// close). The server logs every request at -v 3.
+func TestStopEndsInProcessWorkFirst(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{Args: []string{"-v", "3"}})
+	framework.Eventually(t, 30*time.Second, "every Lease names the server", func(ctx context.Context) error {
+		for _, name := range controllerLeases {
+			if holder, err := leaseHolder(ctx, s, t, name); err != nil || holder == "" {
+				return fmt.Errorf("lease %s held by %q (%v)", name, holder, err)
+			}
+		}
+		return nil
+	})
+	logBefore := len(s.Log())
+	s.Stop()
+	if code := s.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	log := s.Log()[logBefore:]
+	checkCleanShutdownLog(t, log)
+	if strings.Contains(log, "apiserver is shutting down") {
+		t.Errorf("a request was refused during the stop:\n%s", linesWith(log, "apiserver is shutting down"))
+	}
+	for _, name := range controllerLeases {
+		released := false
+		for _, line := range strings.Split(linesWith(log, "/leases/"+name+" "), "\n") {
+			if strings.Contains(line, "verb=PUT") && strings.Contains(line, "resp=200") {
+				released = true
+			}
+		}
+		if !released {
+			t.Errorf("Lease %s was not released (no PUT answered 200 during the stop):\n%s", name, linesWith(log, "/leases/"+name))
+		}
+	}
+}
+
+// linesWith are the lines of log that contain s.
+func linesWith(log, s string) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
