@@ -117,17 +117,11 @@ func (h Handler) add(ctx context.Context, w http.ResponseWriter, req *http.Reque
 }
 
 func (h Handler) promote(ctx context.Context, w http.ResponseWriter, req *http.Request) {
-	var pr PromoteRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&pr); err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "decoding the promote request: "+err.Error())
+	pr, id, ok := decodeMemberID(w, req, "promote")
+	if !ok {
 		return
 	}
-	id, err := strconv.ParseUint(pr.ID, 16, 64)
-	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("member ID %q is not hex", pr.ID))
-		return
-	}
-	_, err = h.Client.MemberPromote(ctx, id)
+	_, err := h.Client.MemberPromote(ctx, id)
 	switch {
 	case err == nil, errors.Is(err, rpctypes.ErrMemberNotLearner):
 		writeJSON(w, PromoteRequest{ID: pr.ID})
@@ -140,18 +134,28 @@ func (h Handler) promote(ctx context.Context, w http.ResponseWriter, req *http.R
 	}
 }
 
+// decodeMemberID reads the member ID of a promote or remove request (a
+// PromoteRequest), answering 400 itself when it cannot.
+func decodeMemberID(w http.ResponseWriter, req *http.Request, what string) (PromoteRequest, uint64, bool) {
+	var r PromoteRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&r); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "decoding the "+what+" request: "+err.Error())
+		return r, 0, false
+	}
+	id, err := strconv.ParseUint(r.ID, 16, 64)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("member ID %q is not hex", r.ID))
+		return r, 0, false
+	}
+	return r, id, true
+}
+
 // removeLearner removes a learner whose join failed, so that it does not
 // hold etcd's one learner place; a voting member is refused (removing one
 // changes the quorum: that is for the operator, with etcdctl).
 func (h Handler) removeLearner(ctx context.Context, w http.ResponseWriter, req *http.Request) {
-	var rr PromoteRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&rr); err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "decoding the remove request: "+err.Error())
-		return
-	}
-	id, err := strconv.ParseUint(rr.ID, 16, 64)
-	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("member ID %q is not hex", rr.ID))
+	rr, id, ok := decodeMemberID(w, req, "remove")
+	if !ok {
 		return
 	}
 	list, err := h.Client.MemberList(ctx)
