@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"kplane.dev/kplane/server/join"
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
@@ -331,30 +329,8 @@ func embeddedClusterRefusals(t *testing.T, token string, one, two, three *framew
 		refusedStart(t, t.TempDir(), "is unreachable", joinArgs("https://127.0.0.1:"+peerPort(), token)...)
 	})
 	t.Run("another kplane version", func(t *testing.T) {
-		kv := one.EmbeddedEtcdClient(t)
-		original := recordOf(t, kv)
-		var header struct{ KplaneVersion string }
-		if err := json.Unmarshal(original, &header); err != nil {
-			t.Fatal(err)
-		}
-		creds, err := join.Open(token, header.KplaneVersion, original)
-		if err != nil {
-			t.Fatal(err)
-		}
-		future, err := join.Seal(token, "v999.1.0", creds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		if _, err := kv.Put(ctx, join.RecordKey, string(future)); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if _, err := kv.Put(ctx, join.RecordKey, string(original)); err != nil {
-				t.Error(err)
-			}
-		}()
-		refusedStart(t, t.TempDir(), "stored by kplane v999.1.0, this server is kplane "+header.KplaneVersion, joinArgs(two.URL, token)...)
+		version := storeRecordOfAnotherVersion(t, one.EmbeddedEtcdClient(t), token)
+		refusedStart(t, t.TempDir(), "stored by kplane v999.1.0, this server is kplane "+version, joinArgs(two.URL, token)...)
 	})
 	t.Run("a member's peer URL taken", func(t *testing.T) {
 		args := joinArgs(one.URL, token)

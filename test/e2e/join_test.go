@@ -71,30 +71,8 @@ func TestJoinToken(t *testing.T) {
 	})
 
 	t.Run("another kplane version", func(t *testing.T) {
-		kv := etcdClient(t, endpoint)
-		ctx := context.Background()
-		original := recordOf(t, kv)
-		var header struct{ KplaneVersion string }
-		if err := json.Unmarshal(original, &header); err != nil {
-			t.Fatal(err)
-		}
-		creds, err := join.Open(token, header.KplaneVersion, original)
-		if err != nil {
-			t.Fatal(err)
-		}
-		future, err := join.Seal(token, "v999.1.0", creds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(ctx, join.RecordKey, string(future)); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if _, err := kv.Put(ctx, join.RecordKey, string(original)); err != nil {
-				t.Error(err)
-			}
-		}()
-		refusedStart(t, t.TempDir(), "stored by kplane v999.1.0, this server is kplane "+header.KplaneVersion, args...)
+		version := storeRecordOfAnotherVersion(t, etcdClient(t, endpoint), token)
+		refusedStart(t, t.TempDir(), "stored by kplane v999.1.0, this server is kplane "+version, args...)
 		assertServing(t, one, two)
 	})
 
@@ -286,4 +264,34 @@ func writeCA(t *testing.T, dir string) []byte {
 		}
 	}
 	return certPEM
+}
+
+// storeRecordOfAnotherVersion replaces the credentials record with the
+// same credentials sealed by kplane v999.1.0, puts the original back when
+// the test ends, and returns the version that stored the original.
+func storeRecordOfAnotherVersion(t *testing.T, kv clientv3.KV, token string) string {
+	t.Helper()
+	original := recordOf(t, kv)
+	var header struct{ KplaneVersion string }
+	if err := json.Unmarshal(original, &header); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := join.Open(token, header.KplaneVersion, original)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future, err := join.Seal(token, "v999.1.0", creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, join.RecordKey, string(future)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := kv.Put(ctx, join.RecordKey, string(original)); err != nil {
+			t.Error(err)
+		}
+	})
+	return header.KplaneVersion
 }
