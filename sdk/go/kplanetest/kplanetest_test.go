@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 // The package's tests run against the real kplane binary of KPLANE_BINARY
@@ -481,5 +483,42 @@ func TestBadWebhookOptions(t *testing.T) {
 	_, err = env.CreatePlane(context.Background(), WithWebhooks(WebhookOptions{ConversionCRDs: []string{"gadgets.example.com"}}))
 	if err == nil || !strings.Contains(err.Error(), "gadgets.example.com") {
 		t.Errorf("conversion for a CRD the plane does not have: %v", err)
+	}
+}
+
+// TestWithoutSimulation: in a plane made WithoutSimulation a Deployment
+// stays as written (no Pods, no status from a controller) while the same
+// Deployment in a plane of the same server gets its Pod.
+func TestWithoutSimulation(t *testing.T) {
+	t.Parallel()
+	simulated, _ := clientsFor(t, Plane(t))
+	apiOnly, _ := clientsFor(t, Plane(t, WithoutSimulation()))
+	deployment := func() *appsv1.Deployment {
+		labels := map[string]string{"app": "web"}
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: metav1.NamespaceDefault},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}}}
+	}
+	ctx := t.Context()
+	for _, c := range []*kubernetes.Clientset{apiOnly, simulated} {
+		if _, err := c.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, deployment(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the simulated plane's Deployment is ready", func(ctx context.Context) (bool, error) {
+		d, err := simulated.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1, err
+	})
+	d, err := apiOnly.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status.ObservedGeneration != 0 || d.Status.Replicas != 0 {
+		t.Errorf("the API-only plane's Deployment has a controller's status: %+v", d.Status)
+	}
+	pods, err := apiOnly.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Errorf("the API-only plane has pods: %d (%v)", len(pods.Items), err)
 	}
 }

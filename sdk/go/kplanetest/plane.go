@@ -44,6 +44,8 @@ type planeSettings struct {
 	labels   map[string]string
 	crds     []*unstructured.Unstructured
 	webhooks *planeWebhooks
+	// apiOnly turns the server's workload simulation off in the plane.
+	apiOnly bool
 }
 
 // WithTemplate starts the plane from template plane id: the Plane's
@@ -76,6 +78,18 @@ func WithLabels(labels map[string]string) PlaneOption {
 		}
 		return nil
 	}
+}
+
+// simulationAnnotation on a Plane set to "false" leaves the plane an API
+// only (the server's simulation.PlaneAnnotation).
+const simulationAnnotation = "kplane.dev/simulation"
+
+// WithoutSimulation makes a plane in which no workload controller,
+// scheduler or simulated kubelet acts: Deployments get no Pods and their
+// status is what the test writes, as on envtest. Set at creation, so no
+// controller ever acts on the plane (a later change would race with them).
+func WithoutSimulation() PlaneOption {
+	return func(s *planeSettings) error { s.apiOnly = true; return nil }
 }
 
 // NewPlane creates a plane for t, installs the Env's CRDs (and the
@@ -122,7 +136,7 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 	}
 	// A plane made ahead of time fits unless the options ask for more
 	// than the Env's CRDs.
-	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 && s.webhooks == nil {
+	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 && s.webhooks == nil && !s.apiOnly {
 		if p := e.pool.take(); p != nil {
 			return p, nil
 		}
@@ -218,9 +232,16 @@ func (e *Env) planeObject(id string, s planeSettings) *unstructured.Unstructured
 	if s.template != "" {
 		spec["template"] = s.template
 	}
-	meta := map[string]any{"name": id, "labels": labels}
+	annotations := map[string]any{}
 	if s.test != "" {
-		meta["annotations"] = map[string]any{TestAnnotation: s.test}
+		annotations[TestAnnotation] = s.test
+	}
+	if s.apiOnly {
+		annotations[simulationAnnotation] = "false"
+	}
+	meta := map[string]any{"name": id, "labels": labels}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": meta, "spec": spec,

@@ -31,14 +31,18 @@ import (
 type testCase struct {
 	name string
 	run  func(h *harness)
+	// apiOnly cases write what a workload controller would (a
+	// Deployment's status): on kplane they take a plane without the
+	// simulation, whose controllers would overwrite it.
+	apiOnly bool
 }
 
 // variant is a RayServe spec the cases start from.
 type variant struct {
 	name string
 	spec servingv1alpha1.RayServeSpec
-	// availableReason is the Available condition's reason right after
-	// creation: no Deployment controller runs, so no replica is available.
+	// availableReason is the Available condition's reason where no
+	// Deployment controller runs (envtest): no replica is ever available.
 	availableReason string
 }
 
@@ -72,15 +76,15 @@ func variantNamed(name string) variant {
 func cases() []testCase {
 	var out []testCase
 	for _, v := range variants() {
-		out = append(out, testCase{"create/" + v.name, func(h *harness) {
+		out = append(out, testCase{name: "create/" + v.name, run: func(h *harness) {
 			rs := h.create("rs", v.spec)
 			h.expectChildren(rs.Name)
 			status, reason := metav1.ConditionFalse, v.availableReason
-			if h.hasGC && v.spec.Replicas != nil && *v.spec.Replicas == 0 {
-				// kplane runs the controllers (the garbage collector's
-				// backend runs the Deployment controller too): a Deployment
-				// of no replicas is available once observed. envtest has no
-				// Deployment controller, so it never is there.
+			if h.simulated && reason == "ReplicasUnavailable" {
+				// kplane runs the workloads: the Deployment controller makes
+				// the Pods and the simulated kubelet runs them, so every
+				// replica becomes available (at once for none). envtest
+				// runs no controller: none ever does.
 				status, reason = metav1.ConditionTrue, "ReplicasAvailable"
 			}
 			h.expectCondition(rs.Name, servingv1alpha1.ConditionAvailable, status, reason)
@@ -123,7 +127,7 @@ func updateCases() []testCase {
 	var out []testCase
 	for _, base := range []string{"minimal", "nodeport"} {
 		for _, c := range changes {
-			out = append(out, testCase{"update/" + base + "/" + c.name, func(h *harness) {
+			out = append(out, testCase{name: "update/" + base + "/" + c.name, run: func(h *harness) {
 				spec := variantNamed(base).spec
 				spec.ServeConfig = map[string]string{"a.yaml": "route: /a", "b.yaml": "route: /b"}
 				rs := h.create("rs", spec)
@@ -162,7 +166,7 @@ func childCases() []testCase {
 	var out []testCase
 	for _, base := range []string{"minimal", "big-config"} {
 		for _, k := range kinds {
-			out = append(out, testCase{"recreate-deleted/" + base + "/" + k.name, func(h *harness) {
+			out = append(out, testCase{name: "recreate-deleted/" + base + "/" + k.name, run: func(h *harness) {
 				rs := h.create("rs", variantNamed(base).spec)
 				h.expectChildren(rs.Name)
 				obj := k.object(h, rs.Name)
@@ -181,7 +185,7 @@ func childCases() []testCase {
 				})
 				h.expectChildren(rs.Name)
 			}})
-			out = append(out, testCase{"revert-drift/" + base + "/" + k.name, func(h *harness) {
+			out = append(out, testCase{name: "revert-drift/" + base + "/" + k.name, run: func(h *harness) {
 				rs := h.create("rs", variantNamed(base).spec)
 				h.expectChildren(rs.Name)
 				h.eventually("changing the "+k.name, func(ctx context.Context) error {
@@ -214,7 +218,7 @@ func validationCases() []testCase {
 	}
 	var out []testCase
 	for _, b := range bad {
-		out = append(out, testCase{"validation/" + b.name, func(h *harness) {
+		out = append(out, testCase{name: "validation/" + b.name, run: func(h *harness) {
 			obj := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": servingv1alpha1.GroupVersion.String(), "kind": "RayServe",
 				"metadata": map[string]any{"name": "bad", "namespace": h.ns}, "spec": b.spec}}
@@ -224,7 +228,7 @@ func validationCases() []testCase {
 			}
 		}})
 	}
-	out = append(out, testCase{"validation/defaults", func(h *harness) {
+	out = append(out, testCase{name: "validation/defaults", run: func(h *harness) {
 		rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x"})
 		stored := h.get(&servingv1alpha1.RayServe{}, rs.Name).(*servingv1alpha1.RayServe)
 		if ptr.Deref(stored.Spec.Replicas, -1) != 1 || stored.Spec.Port != 8000 || stored.Spec.ServiceType != corev1.ServiceTypeClusterIP {
@@ -238,10 +242,11 @@ func validationCases() []testCase {
 // statusCases: the status follows the Deployment and the spec.
 func statusCases() []testCase {
 	available := func(name string, replicas, ready int32, want metav1.ConditionStatus, reason string) testCase {
-		return testCase{"status/" + name, func(h *harness) {
+		return testCase{name: "status/" + name, run: func(h *harness) {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x", Replicas: ptr.To(replicas)})
 			h.expectChildren(rs.Name)
-			// What the Deployment controller would write; neither backend runs one.
+			// What the Deployment controller would write; no controller
+			// runs on this case's plane (apiOnly), nor on envtest.
 			h.eventually("writing the Deployment's status", func(ctx context.Context) error {
 				d := h.get(&appsv1.Deployment{}, rs.Name).(*appsv1.Deployment)
 				d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready, UpdatedReplicas: ready}
@@ -258,12 +263,12 @@ func statusCases() []testCase {
 				}
 				return nil
 			})
-		}}
+		}, apiOnly: true}
 	}
 	return []testCase{
 		available("all-available", 3, 3, metav1.ConditionTrue, "ReplicasAvailable"),
 		available("partly-available", 3, 1, metav1.ConditionFalse, "ReplicasUnavailable"),
-		{"status/observed-generation", func(h *harness) {
+		{name: "status/observed-generation", run: func(h *harness) {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x"})
 			h.expectChildren(rs.Name)
 			for i := range 3 {
@@ -281,7 +286,7 @@ func statusCases() []testCase {
 // lifecycleCases: deletion, re-creation and several RayServes side by side.
 func lifecycleCases() []testCase {
 	return []testCase{
-		{"delete/children-follow-owner", func(h *harness) {
+		{name: "delete/children-follow-owner", run: func(h *harness) {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x"})
 			h.expectChildren(rs.Name)
 			if err := h.c.Delete(h.ctx, rs); err != nil {
@@ -298,7 +303,7 @@ func lifecycleCases() []testCase {
 			h.expectGone(&corev1.Service{}, rs.Name)
 			h.expectGone(&corev1.ConfigMap{}, rs.Name+"-config")
 		}},
-		{"delete/recreate-same-name", func(h *harness) {
+		{name: "delete/recreate-same-name", run: func(h *harness) {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "first"})
 			h.expectChildren(rs.Name)
 			if err := h.c.Delete(h.ctx, rs); err != nil {
@@ -311,7 +316,7 @@ func lifecycleCases() []testCase {
 			}
 			h.expectChildren(second.Name) // owned by the new uid, with the new image
 		}},
-		{"independence/two-rayservers", func(h *harness) {
+		{name: "independence/two-rayservers", run: func(h *harness) {
 			a := h.create("a", servingv1alpha1.RayServeSpec{Image: "a"})
 			b := h.create("b", servingv1alpha1.RayServeSpec{Image: "b", Port: 9000})
 			h.expectChildren(a.Name)
@@ -328,7 +333,7 @@ func lifecycleCases() []testCase {
 				h.t.Error("changing a rewrote b's Deployment")
 			}
 		}},
-		{"independence/delete-one", func(h *harness) {
+		{name: "independence/delete-one", run: func(h *harness) {
 			a := h.create("a", servingv1alpha1.RayServeSpec{Image: "a"})
 			b := h.create("b", servingv1alpha1.RayServeSpec{Image: "b"})
 			h.expectChildren(a.Name)
@@ -341,7 +346,7 @@ func lifecycleCases() []testCase {
 			}
 			h.expectChildren(b.Name)
 		}},
-		{"scale/ten-rayserves", func(h *harness) {
+		{name: "scale/ten-rayserves", run: func(h *harness) {
 			for i := range 10 {
 				h.create(fmt.Sprintf("rs-%d", i), servingv1alpha1.RayServeSpec{Image: "x", Replicas: ptr.To(int32(i))})
 			}
@@ -356,7 +361,7 @@ func lifecycleCases() []testCase {
 // generated ClusterRole (config/rbac/role.yaml), and without it.
 func rbacCases() []testCase {
 	return []testCase{
-		{"rbac/manager-role-suffices", func(h *harness) {
+		{name: "rbac/manager-role-suffices", run: func(h *harness) {
 			operator := h.serviceAccount("operator-sa")
 			h.bind("operator-sa", h.managerRole())
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x"})
@@ -366,7 +371,7 @@ func rbacCases() []testCase {
 			})
 			h.expectChildren(rs.Name)
 		}},
-		{"rbac/no-role-forbidden", func(h *harness) {
+		{name: "rbac/no-role-forbidden", run: func(h *harness) {
 			nobody := h.serviceAccount("nobody")
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "x"})
 			if _, err := h.reconcileAs(nobody, rs.Name); !apierrors.IsForbidden(err) {

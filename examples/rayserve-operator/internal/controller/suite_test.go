@@ -61,10 +61,16 @@ func TestRayServeOnKplane(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()
-			cfg := kplanetest.Plane(t)
+			var opts []kplanetest.PlaneOption
+			if tc.apiOnly {
+				opts = append(opts, kplanetest.WithoutSimulation())
+			}
+			cfg := kplanetest.Plane(t, opts...)
 			timings.addSetup(time.Since(start))
 			startOperator(t, cfg)
-			tc.run(newHarness(t, cfg, "apps", true))
+			h := newHarness(t, cfg, "apps", true)
+			h.simulated = !tc.apiOnly
+			tc.run(h)
 		})
 	}
 }
@@ -139,15 +145,16 @@ func startOperator(t *testing.T, cfg *rest.Config) {
 }
 
 // harness is what a case gets: an uncached client (what it reads is the
-// API's state, not a cache's), its namespace, and whether a garbage
-// collector runs.
+// API's state, not a cache's), its namespace, whether a garbage collector
+// runs and whether workloads do (Deployments get Pods that become ready).
 type harness struct {
-	t     *testing.T
-	ctx   context.Context
-	cfg   *rest.Config
-	c     client.Client
-	ns    string
-	hasGC bool
+	t         *testing.T
+	ctx       context.Context
+	cfg       *rest.Config
+	c         client.Client
+	ns        string
+	hasGC     bool
+	simulated bool
 }
 
 func newHarness(t *testing.T, cfg *rest.Config, ns string, hasGC bool) *harness {
