@@ -3,12 +3,15 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -189,6 +192,9 @@ func (c *Controller) Run(ctx context.Context) {
 			logrus.WithError(err).Warn("fleet controller: removing its Plane handler")
 		}
 	}()
+	if err := c.waitForFleetsServed(ctx); err != nil {
+		return
+	}
 	go c.fleetInformer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
 		return
@@ -200,6 +206,19 @@ func (c *Controller) Run(ctx context.Context) {
 		go wait.UntilWithContext(ctx, c.provisioner, time.Second)
 	}
 	<-ctx.Done()
+}
+
+// waitForFleetsServed returns once the root plane serves Fleets. Their
+// CRD is established by the same term that runs this controller, just
+// after a server starts: an informer started before would log a failed
+// LIST and retry only after its reflector's back-off (about a second).
+func (c *Controller) waitForFleetsServed(ctx context.Context) error {
+	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 1.5, Cap: 500 * time.Millisecond, Steps: math.MaxInt32}
+	return wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		_, err := c.fleets.List(ctx, metav1.ListOptions{Limit: 1})
+		// Any other error is the informer's to retry and report.
+		return !apierrors.IsNotFound(err), nil
+	})
 }
 
 // fleetChanged queues a Fleet when something a reconcile acts on changed;

@@ -28,8 +28,9 @@ func TestIsolation(t *testing.T) {
 // isolationSuite checks that two planes on s share nothing: same-named
 // objects hold their own data through get, list, watch, server-side apply
 // and paging; namespaces and cluster-scoped objects are per plane; a watch
-// in one plane sees no event of the other.
-func isolationSuite(t *testing.T, s *framework.Server) {
+// in one plane sees no event of the other. s is one server or a
+// round-robin of several.
+func isolationSuite(t *testing.T, s planeClients) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := uniquePlane(t, "iso-a"), uniquePlane(t, "iso-b")
@@ -202,6 +203,12 @@ func isolationSuite(t *testing.T, s *framework.Server) {
 	// Each watch saw exactly its own plane's events.
 	expectOnlyPlane(t, wa, a, 6) // 5 creates + 1 apply
 	expectOnlyPlane(t, wb, b, 7) // 5 creates + patch + delete
+}
+
+// planeClients gives admin clients of a plane: a framework.Server, or a
+// framework.RoundRobin spreading the requests over several.
+type planeClients interface {
+	Client(tb testing.TB, plane string) *kubernetes.Clientset
 }
 
 func expectOnlyPlane(t *testing.T, w watch.Interface, plane string, want int) {

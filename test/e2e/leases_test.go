@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,31 @@ func startServersOnEtcd(t *testing.T, n int, args ...string) []*framework.Server
 	for i := range servers {
 		servers[i] = framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", endpoint,
 			"--join-token", token, "--server-name", fmt.Sprintf("s%d", i+1)}, args...)})
+	}
+	return servers
+}
+
+// startEmbeddedEtcdCluster starts n servers named s1..sn forming one
+// embedded etcd cluster: the first with --cluster-init, the others
+// joining it with one token, each with a peer port of its own.
+func startEmbeddedEtcdCluster(t *testing.T, n int) []*framework.Server {
+	t.Helper()
+	token := framework.NewJoinToken(t)
+	servers := make([]*framework.Server, n)
+	for i := range servers {
+		port, err := framework.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"--datastore-endpoint", "etcd", "--join-token", token,
+			"--etcd-peer-port", strconv.Itoa(port), "--server-name", fmt.Sprintf("s%d", i+1)}
+		if i == 0 {
+			args = append(args, "--cluster-init")
+		} else {
+			args = append(args, "--server", servers[0].URL)
+		}
+		servers[i] = framework.StartServer(t, framework.Options{Args: args})
+		removeWhenPassed(t, servers[i])
 	}
 	return servers
 }
@@ -116,20 +143,98 @@ func requireHolders(t *testing.T, servers map[string]*framework.Server, want str
 	return holders
 }
 
-// TestControllersMoveWhenLeaderDies: three servers on one etcd; the
-// first runs every controller. It is killed (-9) while it provisions a
-// Fleet of 100 and while a namespace deletion waits on a finalizer: another
-// server takes the Leases within 15 s, the Fleet converges to exactly its
-// 100 members (those created before the kill are the same Planes), the
-// deletion completes and the leader metric moves. Then the new leader
-// hangs (SIGSTOP) past its Lease: the third server takes over, and the
-// resumed one stops its controllers and keeps serving; when the third
-// stops, the resumed one runs the controllers again.
+// TestControllersMoveWhenLeaderDies: three servers on one etcd pass the
+// isolation suite through a round-robin of them; the first runs every
+// controller. It is killed (-9) while it provisions a Fleet of 100 and
+// while a namespace deletion waits on a finalizer: another server takes
+// the Leases within 15 s, the Fleet converges to exactly its 100 members
+// (those created before the kill are the same Planes), the deletion
+// completes and the leader metric moves. Then the new leader hangs
+// (SIGSTOP) past its Lease: the third server takes over, and the resumed
+// one stops its controllers and keeps serving; when the third stops, the
+// resumed one runs the controllers again.
 func TestControllersMoveWhenLeaderDies(t *testing.T) {
 	t.Parallel()
 	all := startServersOnEtcd(t, 3)
+	byName, leader := controllersMoveWhenFirstDies(t, all)
+	const plane = "handover"
+	ctx := context.Background()
+	two, three := all[1], all[2]
+
+	// The lifecycle's holder hangs past its Lease: the other server takes
+	// every Lease; resumed, the hung one runs nothing and still serves.
+	hung, other := two, three
+	otherName := "s3"
+	if leader == "s3" {
+		hung, other, otherName = three, two, "s2"
+	}
+	hung.Pause(t)
+	t.Cleanup(func() { hung.Resume(t) })
+	framework.Eventually(t, leaseTakeover+framework.DefaultTimeout, otherName+" holding the Leases", func(ctx context.Context) error {
+		for _, lease := range controllerLeases {
+			if holder, err := leaseHolder(ctx, other, t, lease); err != nil || holder != otherName {
+				return fmt.Errorf("%s held by %q (%v)", lease, holder, err)
+			}
+		}
+		return nil
+	})
+	hung.Resume(t)
+	requireHolders(t, byName, otherName)
+	if _, err := hung.Client(t, plane).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the server that lost the Leases no longer serves: %v", err)
+	}
+	if !strings.Contains(hung.Log(), "lease lost or released") {
+		t.Fatalf("the server that lost the Leases did not stop its controllers; log:\n%s", hung.Log())
+	}
+
+	// The holder stops (and releases): the resumed server runs the
+	// controllers again, afresh.
+	other.Stop()
+	delete(byName, otherName)
+	requireHolders(t, byName, leader)
+	ch := hung.Client(t, plane)
+	if _, err := ch.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "again"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the default ServiceAccount of namespace again", func(ctx context.Context) error {
+		_, err := ch.CoreV1().ServiceAccounts("again").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	if err := ch.CoreV1().Namespaces().Delete(ctx, "again", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, framework.DefaultTimeout, "namespace again", func() error {
+		_, err := ch.CoreV1().Namespaces().Get(ctx, "again", metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestControllersMoveWhenLeaderDiesEmbeddedEtcd: the same on three
+// servers forming one embedded etcd cluster, the killed first server
+// being one of its three members: the two others keep quorum and take
+// its work. (A hung second server would leave one member of three: the
+// SIGSTOP half runs on external etcd only.)
+func TestControllersMoveWhenLeaderDiesEmbeddedEtcd(t *testing.T) {
+	t.Parallel()
+	controllersMoveWhenFirstDies(t, startEmbeddedEtcdCluster(t, 3))
+}
+
+// controllersMoveWhenFirstDies runs the isolation suite through a
+// round-robin of all, then kills the first of them, which holds every
+// Lease, while it provisions a Fleet of 100 and a namespace deletion
+// waits: the others take over, finish both and do nothing twice. It
+// returns the live servers by name and the holder of the planes' Lease.
+func controllersMoveWhenFirstDies(t *testing.T, all []*framework.Server) (map[string]*framework.Server, string) {
+	t.Helper()
 	byName := map[string]*framework.Server{"s1": all[0], "s2": all[1], "s3": all[2]}
 	requireHolders(t, byName, "s1")
+	t.Run("isolation-round-robin", func(t *testing.T) {
+		servers := framework.NewRoundRobin(all...)
+		isolationSuite(t, servers)
+		if sent := servers.Sent(); slices.Min(sent) == 0 {
+			t.Fatalf("requests per server %v: not a round-robin", sent)
+		}
+	})
 	ctx := context.Background()
 	one := all[0]
 
@@ -230,53 +335,7 @@ func TestControllersMoveWhenLeaderDies(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^moving-0099\s+Ready\s+\d+\s+`+leader+`\s`).MatchString(out) {
 		t.Fatalf("kplane planes list does not name %s as OWNER of moving-0099 (%v):\n%s", leader, err, out)
 	}
-
-	// The lifecycle's holder hangs past its Lease: the other server takes
-	// every Lease; resumed, the hung one runs nothing and still serves.
-	hung, other := two, three
-	otherName := "s3"
-	if leader == "s3" {
-		hung, other, otherName = three, two, "s2"
-	}
-	hung.Pause(t)
-	t.Cleanup(func() { hung.Resume(t) })
-	framework.Eventually(t, leaseTakeover+framework.DefaultTimeout, otherName+" holding the Leases", func(ctx context.Context) error {
-		for _, lease := range controllerLeases {
-			if holder, err := leaseHolder(ctx, other, t, lease); err != nil || holder != otherName {
-				return fmt.Errorf("%s held by %q (%v)", lease, holder, err)
-			}
-		}
-		return nil
-	})
-	hung.Resume(t)
-	requireHolders(t, byName, otherName)
-	if _, err := hung.Client(t, plane).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
-		t.Fatalf("the server that lost the Leases no longer serves: %v", err)
-	}
-	if !strings.Contains(hung.Log(), "lease lost or released") {
-		t.Fatalf("the server that lost the Leases did not stop its controllers; log:\n%s", hung.Log())
-	}
-
-	// The holder stops (and releases): the resumed server runs the
-	// controllers again, afresh.
-	other.Stop()
-	delete(byName, otherName)
-	requireHolders(t, byName, leader)
-	ch := hung.Client(t, plane)
-	if _, err := ch.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "again"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, framework.DefaultTimeout, "the default ServiceAccount of namespace again", func(ctx context.Context) error {
-		_, err := ch.CoreV1().ServiceAccounts("again").Get(ctx, "default", metav1.GetOptions{})
-		return err
-	})
-	if err := ch.CoreV1().Namespaces().Delete(ctx, "again", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, framework.DefaultTimeout, "namespace again", func() error {
-		_, err := ch.CoreV1().Namespaces().Get(ctx, "again", metav1.GetOptions{})
-		return err
-	})
+	return byName, leader
 }
 
 // memberUIDs are the uids of fleet's member Planes by name.
