@@ -274,6 +274,31 @@ func (r *Registry) build(resource schema.GroupResource, inner generic.StorageDec
 	return inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc, withPlaneField(getAttrsFunc), trigger, indexers)
 }
 
+// Destroy stops every storage still built, whoever holds it: the last
+// step of a shutdown, once nothing is served. A release after it is a
+// no-op.
+func (r *Registry) Destroy() {
+	r.mu.Lock()
+	var left []*sharedStorage
+	for _, m := range []map[string]*sharedStorage{r.builtin, r.custom} {
+		for key, s := range m {
+			left = append(left, s)
+			delete(m, key)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range left {
+		s.stop()
+	}
+}
+
+func (s *sharedStorage) stop() {
+	close(s.store.gone)
+	if s.destroy != nil {
+		s.destroy()
+	}
+}
+
 func (r *Registry) release(shared map[string]*sharedStorage, key string) factory.DestroyFunc {
 	var once sync.Once
 	return func() {
@@ -290,10 +315,7 @@ func (r *Registry) release(shared map[string]*sharedStorage, key string) factory
 			}
 			r.mu.Unlock()
 			if ok {
-				close(s.store.gone)
-				if s.destroy != nil {
-					s.destroy()
-				}
+				s.stop()
 			}
 		})
 	}

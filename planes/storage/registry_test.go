@@ -114,3 +114,41 @@ func TestTolerantCodec(t *testing.T) {
 		t.Error("garbage decoded")
 	}
 }
+
+// Destroy stops the storages no holder released, once each; releases
+// after it do nothing.
+func TestRegistryDestroyStopsWhatIsLeft(t *testing.T) {
+	r := NewRegistry()
+	destroyed := map[string]int{}
+	build := func(prefix string) (*Store, factory.DestroyFunc) {
+		inner := func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
+			func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+			return &recorder{}, func() { destroyed[prefix]++ }, nil
+		}
+		newFunc := func() runtime.Object { return &unstructured.Unstructured{} }
+		s, release, err := r.decorate(schema.GroupResource{Resource: prefix}, "", generic.StorageDecorator(inner))(nil, "/"+prefix, nil, newFunc, newFunc, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.(*Store), release
+	}
+	released, releaseIt := build("released")
+	kept, releaseKept := build("kept")
+	releaseIt()
+	r.Destroy()
+	releaseKept()
+	r.Destroy()
+	if destroyed["released"] != 1 || destroyed["kept"] != 1 {
+		t.Errorf("destroyed %v, want each storage once", destroyed)
+	}
+	for _, s := range []*Store{released, kept} {
+		select {
+		case <-s.Gone():
+		default:
+			t.Errorf("%s is not gone", s.ResourcePrefix())
+		}
+	}
+	if len(r.Stores()) != 0 {
+		t.Errorf("%d storages left after Destroy", len(r.Stores()))
+	}
+}

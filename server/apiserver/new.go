@@ -115,6 +115,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := c.addPostStartHooks(generic, started); err != nil {
 		return nil, err
 	}
+	// Storages the registries built and never released (the custom
+	// resources' handlers release theirs only when a CRD goes) are
+	// destroyed with the server: their watches would otherwise hold an
+	// embedded etcd's stop for its request timeout (7 s).
+	generic.RegisterDestroyFunc(c.storage.Destroy)
 	return &Server{
 		GenericAPIServer: generic,
 		Bootstrapper:     boot,
