@@ -91,6 +91,9 @@ type Config struct {
 	// CopyBootstrap makes new planes made from nothing write their own
 	// copy of the bootstrap objects instead of standing on the base plane.
 	CopyBootstrap bool
+	// ServerName names this server among those sharing the datastore, in
+	// the reset marks it writes.
+	ServerName string
 }
 
 // state is what the manager knows of one plane.
@@ -114,6 +117,10 @@ type state struct {
 	// resetRun is set while finishReset runs for the plane: one at a
 	// time, and a second caller waits for the first to end.
 	resetRun *resetRun
+	// heldForMarkAt is the resourceVersion of the marked Plane that made
+	// this server hold the plane for a reset it did not begin (0: none):
+	// the mark's removal releases the hold.
+	heldForMarkAt uint64
 	// resetRevision is the datastore revision of the plane's last reset
 	// (ResetRevisionAnnotation).
 	resetRevision uint64
@@ -235,13 +242,19 @@ func (m *Manager) observe(obj any) {
 	}
 	holdForReset := m.unfinishedResetLocked(u, s) && !s.resetting && !s.terminating
 	if holdForReset {
-		// A reset was begun and not finished (the server stopped in it):
-		// no request may see the half-reset plane until reconcile ends it.
+		// A reset was begun and not finished, by another server or by this
+		// one before it stopped: no request may see the half-reset plane
+		// until whoever finishes it removes the mark.
 		s.resetting = true
+		s.heldForMarkAt = resourceVersionOf(u)
 	}
+	endedElsewhere := m.resetEndedElsewhereLocked(u, s)
 	m.mu.Unlock()
 	if holdForReset {
 		m.holdForReset(u.GetName())
+	}
+	if endedElsewhere {
+		m.releaseResetHold(u.GetName(), resourceVersionOf(u))
 	}
 	m.enqueue(u.GetName())
 }
@@ -511,6 +524,14 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 	unfinished := m.state[name] != nil && m.unfinishedResetLocked(plane, m.state[name])
 	m.mu.RUnlock()
 	if unfinished {
+		if wait := m.resetLeftTo(plane); wait > 0 {
+			// Another server is resetting the plane: finish it only if it
+			// has not by then (it died in the middle).
+			if q := m.queue.Load(); q != nil {
+				q.AddAfter(name, wait)
+			}
+			return nil
+		}
 		return m.finishReset(ctx, name)
 	}
 	phase, _, _ := unstructured.NestedString(plane.Object, "status", "phase")

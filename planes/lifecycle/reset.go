@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -24,7 +25,14 @@ import (
 // finished. It is written before the plane's records are touched and
 // removed after, so a server stopped in the middle finishes the reset
 // before the plane serves again: a reset happens whole or not at all.
+// Its value is when the reset began and the server that does it; every
+// server holds the plane's requests while it is there.
 const ResetAnnotation = "kplane.dev/resetting"
+
+// resetTakeover is how long a reset marked by another server may take
+// before the plane lifecycle's holder finishes it (its server died in the
+// middle): the drain of the plane's requests and then some.
+const resetTakeover = drainTimeout + 30*time.Second
 
 // ResetRevisionAnnotation on a Plane is the datastore revision at which its
 // last reset ended: watches from an older resourceVersion answer 410, so
@@ -181,6 +189,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string) (err error) {
 	}
 	m.mu.Lock()
 	s.resetting = false
+	s.heldForMarkAt = 0
 	s.resetDoneAt = doneAt
 	s.resetRevision = doneAt
 	delete(m.held, plane)
@@ -196,7 +205,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string) (err error) {
 func (m *Manager) markReset(ctx context.Context, plane string, on bool) (uint64, error) {
 	annotations := map[string]any{ResetAnnotation: nil}
 	if on {
-		annotations[ResetAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+		annotations[ResetAnnotation] = resetMark{at: time.Now(), server: m.config.ServerName}.String()
 	} else {
 		rv, err := m.currentRevision(ctx)
 		if err != nil {
@@ -225,6 +234,73 @@ func (m *Manager) unfinishedResetLocked(u *unstructured.Unstructured, s *state) 
 	}
 	rv, err := strconv.ParseUint(u.GetResourceVersion(), 10, 64)
 	return err != nil || rv > s.resetDoneAt
+}
+
+// resetMark is the value of ResetAnnotation.
+type resetMark struct {
+	at     time.Time
+	server string
+}
+
+func (r resetMark) String() string {
+	return strings.TrimSpace(r.at.UTC().Format(time.RFC3339Nano) + " " + r.server)
+}
+
+// parseResetMark reads a mark; one of an older server holds the time
+// only, and one that does not parse names no server.
+func parseResetMark(value string) resetMark {
+	at, server, _ := strings.Cut(value, " ")
+	t, _ := time.Parse(time.RFC3339Nano, at)
+	return resetMark{at: t, server: server}
+}
+
+// resetLeftTo is how long the reconcile of marked Plane u leaves its reset
+// to the server that began it: nothing when that is this server (it
+// stopped in the middle) or no server is named, else until resetTakeover
+// after it began.
+func (m *Manager) resetLeftTo(u *unstructured.Unstructured) time.Duration {
+	mark := parseResetMark(u.GetAnnotations()[ResetAnnotation])
+	if mark.server == "" || mark.server == m.config.ServerName {
+		return 0
+	}
+	return max(0, resetTakeover-time.Since(mark.at))
+}
+
+// resetEndedElsewhereLocked reports whether Plane u, unmarked, ends a
+// reset this server held the plane for and does not run itself.
+func (m *Manager) resetEndedElsewhereLocked(u *unstructured.Unstructured, s *state) bool {
+	_, marked := u.GetAnnotations()[ResetAnnotation]
+	return !marked && s.heldForMarkAt != 0 && s.resetRun == nil && resourceVersionOf(u) > s.heldForMarkAt
+}
+
+// releaseResetHold lets the plane's requests in again once another server
+// has finished its reset, and drops what this server kept of the plane's
+// state from before.
+func (m *Manager) releaseResetHold(plane string, doneAt uint64) {
+	m.mu.Lock()
+	s := m.state[plane]
+	if s == nil || s.heldForMarkAt == 0 || s.resetRun != nil {
+		m.mu.Unlock()
+		return
+	}
+	s.resetting = false
+	s.heldForMarkAt = 0
+	s.resetDoneAt = doneAt
+	h := m.held[plane]
+	delete(m.held, plane)
+	m.mu.Unlock()
+	for _, f := range m.config.Forget {
+		f.ForgetPlane(plane)
+	}
+	if h != nil {
+		h.release()
+	}
+	logrus.WithField("plane", plane).Info("plane reset by another server")
+}
+
+func resourceVersionOf(u *unstructured.Unstructured) uint64 {
+	rv, _ := strconv.ParseUint(u.GetResourceVersion(), 10, 64)
+	return rv
 }
 
 // serveReset answers POST /reset of a plane.

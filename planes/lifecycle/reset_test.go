@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // A reset request and the reconcile of the Plane it marked both finish the
@@ -24,5 +27,33 @@ func TestFinishResetWaitsForTheRunningOne(t *testing.T) {
 	close(run.done)
 	if err := m.finishReset(context.Background(), "p"); !errors.Is(err, failed) {
 		t.Fatalf("finishReset after the running one failed: %v, want its error", err)
+	}
+}
+
+// A reset is left to the server that marked it, until resetTakeover after
+// it began; this server's own mark, or one naming no server (written by an
+// older kplane), is finished at once.
+func TestResetLeftToItsServer(t *testing.T) {
+	m := &Manager{config: Config{ServerName: "s1"}}
+	marked := func(value string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAnnotations(map[string]string{ResetAnnotation: value})
+		return u
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		mark    string
+		atLeast time.Duration
+		atMost  time.Duration
+		what    string
+	}{
+		{resetMark{at: now, server: "s1"}.String(), 0, 0, "its own"},
+		{now.UTC().Format(time.RFC3339Nano), 0, 0, "an older kplane's"},
+		{resetMark{at: now, server: "s2"}.String(), resetTakeover - time.Minute, resetTakeover, "another server's, just begun"},
+		{resetMark{at: now.Add(-2 * resetTakeover), server: "s2"}.String(), 0, 0, "another server's, long ago"},
+	} {
+		if got := m.resetLeftTo(marked(tc.mark)); got < tc.atLeast || got > tc.atMost {
+			t.Errorf("%s mark %q: left %s, want %s..%s", tc.what, tc.mark, got, tc.atLeast, tc.atMost)
+		}
 	}
 }

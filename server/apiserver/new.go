@@ -208,6 +208,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		Forget:           append(forget, enforcer),
 		CopyBootstrap:    !c.config.PlaneBase,
 		MaxPlanesPerUser: c.config.MaxPlanesPerUser,
+		ServerName:       c.config.ServerName,
 	})
 	if err != nil {
 		return nil, nil, err
