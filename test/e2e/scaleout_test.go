@@ -14,19 +14,28 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// startTwoServers starts two kplane servers on one datastore with one join
-// token (README, "Several servers"): the second takes the first's
+// startServers starts n kplane servers on one datastore with one join
+// token (README, "Several servers"): the later ones take the first's
 // credentials from the datastore. The controllers run on one of them at a
-// time (their Leases). args go to both.
-func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
+// time (their Leases). args go to all.
+func startServers(t *testing.T, n int, endpoint string, args ...string) []*framework.Server {
 	t.Helper()
 	shared := append([]string{"--datastore-endpoint", endpoint, "--join-token", framework.NewJoinToken(t)}, args...)
-	one = framework.StartServer(t, framework.Options{Args: shared})
-	two = framework.StartServer(t, framework.Options{Args: shared})
-	if !bytes.Equal(one.CAPEM(), two.CAPEM()) || one.AdminToken() != two.AdminToken() {
-		t.Fatal("the second server did not join the first: another CA or admin token")
+	servers := make([]*framework.Server, n)
+	for i := range servers {
+		servers[i] = framework.StartServer(t, framework.Options{Args: shared})
+		if i > 0 && (!bytes.Equal(servers[0].CAPEM(), servers[i].CAPEM()) || servers[0].AdminToken() != servers[i].AdminToken()) {
+			t.Fatalf("server %d did not join the first: another CA or admin token", i+1)
+		}
 	}
-	return one, two
+	return servers
+}
+
+// startTwoServers is startServers of two.
+func startTwoServers(t *testing.T, endpoint string, args ...string) (one, two *framework.Server) {
+	t.Helper()
+	servers := startServers(t, 2, endpoint, args...)
+	return servers[0], servers[1]
 }
 
 func TestServiceAddressesAcrossServersEtcd(t *testing.T) {
@@ -41,20 +50,28 @@ func TestServiceAddressesAcrossServersPostgres(t *testing.T) {
 
 // serviceAddressesAcrossServers: a plane's Service addresses are allocated
 // through the datastore, so 200 Services created at once in one plane
-// through two servers get 200 distinct ClusterIPs, and the NodePort ones
-// distinct node ports. A third of them then go away through the other
-// server and as many come back: freed addresses are taken again and still
-// never twice. The ranges are small (254 addresses, 200 ports) so that
+// through three servers get 200 distinct ClusterIPs, and the NodePort
+// ones distinct node ports. A third of them then go away through another
+// server than made them and as many come back: freed addresses are taken
+// again and still never twice. The ranges are small (254 addresses, 200 ports) so that
 // servers allocating on their own would collide for certain (on the
 // defaults they often would not: the earlier in-memory allocators passed).
 func serviceAddressesAcrossServers(t *testing.T, endpoint string) {
-	one, two := startTwoServers(t, endpoint, "--service-cidr", "10.96.0.0/24", "--service-node-port-range", "30000-30199")
+	servers := startServers(t, 3, endpoint, "--service-cidr", "10.96.0.0/24", "--service-node-port-range", "30000-30199",
+		"--simulation=false")
 	const plane = "addresses"
-	createPlane(t, one, plane, "")
-	clients := []*kubernetes.Clientset{one.Client(t, plane), two.Client(t, plane)}
-	framework.Eventually(t, framework.DefaultTimeout, "the plane served by the second server", func(ctx context.Context) error {
-		_, err := clients[1].CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err
+	createPlane(t, servers[0], plane, "")
+	var clients []*kubernetes.Clientset
+	for _, s := range servers {
+		clients = append(clients, s.Client(t, plane))
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "the plane served by every server", func(ctx context.Context) error {
+		for _, c := range clients[1:] {
+			if _, err := c.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 
 	created := createServicesAtOnce(t, clients, "s", 200)
@@ -69,7 +86,7 @@ func serviceAddressesAcrossServers(t *testing.T, endpoint string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- clients[(i+1)%2].CoreV1().Services("default").Delete(ctx, fmt.Sprintf("s-%d", i), metav1.DeleteOptions{})
+			errs <- clients[(i+1)%len(clients)].CoreV1().Services("default").Delete(ctx, fmt.Sprintf("s-%d", i), metav1.DeleteOptions{})
 		}()
 	}
 	wg.Wait()
