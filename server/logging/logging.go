@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
 )
 
@@ -49,6 +50,8 @@ func Setup(o Options) error {
 	klog.SetLogger(logr.New(&sink{logger: logrus.StandardLogger()}))
 	log.SetFlags(0)
 	log.SetOutput(logrus.StandardLogger().WriterLevel(logrus.InfoLevel))
+	// Before any gRPC client or server exists, as gRPC requires.
+	grpclog.SetLoggerV2(newGRPCLogger(logrus.StandardLogger(), o.Verbosity))
 	return nil
 }
 

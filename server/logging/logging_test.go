@@ -72,3 +72,26 @@ func TestNewFormatterRejectsUnknown(t *testing.T) {
 		t.Fatalf("want a --log-format error, got %v", err)
 	}
 }
+
+// gRPC's warnings (a stream whose client went away) are debug, its errors
+// errors, and its information only at -v 5 and above.
+func TestGRPCLogger(t *testing.T) {
+	l, buf := newTestLogger("json")
+	l.SetLevel(logrus.InfoLevel)
+	g := newGRPCLogger(l, 0)
+	g.Infof("[core] channel %d created", 1)
+	g.Warningf("[core] grpc: Server.processRPC failed to write status: %s", "transport is closing")
+	g.Errorf("[core] grpc: %s", "broken")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"error"`) || !strings.Contains(lines[0], "broken") ||
+		!strings.Contains(lines[0], `"logger":"grpc"`) {
+		t.Fatalf("at info and -v 0, want the error only; got:\n%s", buf.String())
+	}
+	buf.Reset()
+	l.SetLevel(logrus.DebugLevel)
+	newGRPCLogger(l, 5).Infof("[core] channel %d created", 2)
+	g.Warning("transport is closing")
+	if out := buf.String(); !strings.Contains(out, "channel 2 created") || !strings.Contains(out, `"level":"debug"`) {
+		t.Fatalf("at debug and -v 5, want the information and the warning; got:\n%s", out)
+	}
+}
