@@ -25,27 +25,23 @@ import (
 // post-start hooks. That first request waits for it, once per process.
 type openAPIDocuments struct {
 	v2        *openapicommon.Config
+	v3        *openapicommon.OpenAPIV3Config
 	container *restful.Container
 
 	once    sync.Once
 	handler http.Handler
 	spec    *spec.Swagger
 
-	// v3Built is closed once v3Handler serves the v3 documents.
-	v3Built   chan struct{}
-	v3Handler http.Handler
-	v3Config  *openapicommon.OpenAPIV3Config
 	v3Once    sync.Once
+	v3Handler http.Handler
 }
 
 // installOpenAPI serves lazily built /openapi/v3 and /openapi/v2 documents
 // of everything installed on server so far: call it once every API group
 // is.
 func installOpenAPI(server *genericapiserver.GenericAPIServer, v2 *openapicommon.Config, v3 *openapicommon.OpenAPIV3Config) *openAPIDocuments {
-	docs := &openAPIDocuments{v2: v2, container: server.Handler.GoRestfulContainer}
+	docs := &openAPIDocuments{v2: v2, v3: v3, container: server.Handler.GoRestfulContainer}
 	if v3 != nil {
-		docs.v3Built = make(chan struct{})
-		docs.v3Config = v3
 		serveV3 := http.HandlerFunc(docs.serveV3)
 		server.Handler.NonGoRestfulMux.Handle("/openapi/v3", serveV3)
 		server.Handler.NonGoRestfulMux.HandlePrefix("/openapi/v3/", serveV3)
@@ -56,28 +52,19 @@ func installOpenAPI(server *genericapiserver.GenericAPIServer, v2 *openapicommon
 	return docs
 }
 
-// buildV3 builds the v3 documents, on a mux of its own (the server's has
-// /openapi/v3 routed to d already), as upstream's PrepareRun would. The
-// builder sets defaults on the configuration it is given: it gets a copy,
-// which nothing else reads while it runs.
-func (d *openAPIDocuments) buildV3(config *openapicommon.OpenAPIV3Config) {
-	own := *config
-	m := mux.NewPathRecorderMux("openapi-v3")
-	routes.OpenAPI{V3Config: &own}.InstallV3(d.container, m)
-	d.v3Handler = m
-	close(d.v3Built)
-}
-
-// serveV3 serves /openapi/v3, the first request starting the build and
-// every request waiting for it (a request that goes away leaves the build
-// running for the next).
+// serveV3 serves /openapi/v3, building the documents on the first request
+// (the requests meanwhile wait for it) on a mux of their own, as
+// upstream's PrepareRun would: the server's mux has /openapi/v3 routed
+// here already. The builder sets defaults on the configuration it is
+// given: it gets a copy, which nothing else reads while it runs.
 func (d *openAPIDocuments) serveV3(w http.ResponseWriter, r *http.Request) {
-	d.v3Once.Do(func() { go d.buildV3(d.v3Config) })
-	select {
-	case <-d.v3Built:
-		d.v3Handler.ServeHTTP(w, r)
-	case <-r.Context().Done():
-	}
+	d.v3Once.Do(func() {
+		own := *d.v3
+		m := mux.NewPathRecorderMux("openapi-v3")
+		routes.OpenAPI{V3Config: &own}.InstallV3(d.container, m)
+		d.v3Handler = m
+	})
+	d.v3Handler.ServeHTTP(w, r)
 }
 
 // build makes the v2 document once, on a mux of its own: the server's
