@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/datastore"
@@ -120,18 +121,29 @@ func (c *Config) addMember(ctx context.Context, joiner members.Joiner, member da
 	return joiner.Add(ctx, caPEM, members.AddRequest{Name: member.Name, PeerURL: member.PeerURL(), Version: version.Version})
 }
 
+// memberStatus returns a client of this server's embedded etcd member,
+// which the caller closes, and the member's status.
+func memberStatus(ctx context.Context, store *datastore.Datastore) (*clientv3.Client, *clientv3.StatusResponse, error) {
+	client, err := store.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	status, err := client.Status(ctx, store.Endpoints[0])
+	if err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("the embedded etcd member: %w", err)
+	}
+	return client, status, nil
+}
+
 // promoteMember asks the cluster to promote this server's member while it
 // is a learner: a learner serves no client, so the apiserver must wait.
 func promoteMember(ctx context.Context, joiner members.Joiner, store *datastore.Datastore, caPEM []byte) error {
-	client, err := store.Client()
+	client, status, err := memberStatus(ctx, store)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	status, err := client.Status(ctx, store.Endpoints[0])
-	if err != nil {
-		return fmt.Errorf("the embedded etcd member: %w", err)
-	}
 	if !status.IsLearner {
 		return nil
 	}
@@ -158,15 +170,11 @@ func promoteMember(ctx context.Context, joiner members.Joiner, store *datastore.
 // restarted with --cluster-init, listens there already but the
 // membership still names the old URL.
 func advertisePeerURL(ctx context.Context, store *datastore.Datastore, member datastore.Member) error {
-	client, err := store.Client()
+	client, status, err := memberStatus(ctx, store)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	status, err := client.Status(ctx, store.Endpoints[0])
-	if err != nil {
-		return fmt.Errorf("the embedded etcd member: %w", err)
-	}
 	list, err := client.MemberList(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the embedded etcd members: %w", err)

@@ -89,9 +89,8 @@ func (h Handler) add(ctx context.Context, w http.ResponseWriter, req *http.Reque
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("a join needs a name and an https peer URL, got %q and %q", ar.Name, ar.PeerURL))
 		return
 	}
-	list, err := h.Client.MemberList(ctx)
-	if err != nil {
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "listing the members: "+err.Error())
+	list, ok := h.memberList(ctx, w)
+	if !ok {
 		return
 	}
 	for _, m := range list.Members {
@@ -150,6 +149,16 @@ func decodeMemberID(w http.ResponseWriter, req *http.Request, what string) (Prom
 	return r, id, true
 }
 
+// memberList lists the cluster's members, or answers 503 saying why not.
+func (h Handler) memberList(ctx context.Context, w http.ResponseWriter) (*clientv3.MemberListResponse, bool) {
+	list, err := h.Client.MemberList(ctx)
+	if err != nil {
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "listing the members: "+err.Error())
+		return nil, false
+	}
+	return list, true
+}
+
 // removeLearner removes a learner whose join failed, so that it does not
 // hold etcd's one learner place; a voting member is refused (removing one
 // changes the quorum: that is for the operator, with etcdctl).
@@ -158,9 +167,8 @@ func (h Handler) removeLearner(ctx context.Context, w http.ResponseWriter, req *
 	if !ok {
 		return
 	}
-	list, err := h.Client.MemberList(ctx)
-	if err != nil {
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "listing the members: "+err.Error())
+	list, ok := h.memberList(ctx, w)
+	if !ok {
 		return
 	}
 	for _, m := range list.Members {
