@@ -287,9 +287,14 @@ func (r *Registry) Destroy() {
 		}
 	}
 	r.mu.Unlock()
+	// At once: a watch cache stops once its reflector's list ends, and
+	// without a datastore quorum each list takes the client's request
+	// timeout (7 s), one after another when stopped in turn.
+	var stopping sync.WaitGroup
 	for _, s := range left {
-		s.stop()
+		stopping.Go(s.stop)
 	}
+	stopping.Wait()
 }
 
 func (s *sharedStorage) stop() {

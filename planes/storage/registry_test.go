@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -119,11 +120,16 @@ func TestTolerantCodec(t *testing.T) {
 // after it do nothing.
 func TestRegistryDestroyStopsWhatIsLeft(t *testing.T) {
 	r := NewRegistry()
+	var mu sync.Mutex // Destroy stops storages at once
 	destroyed := map[string]int{}
 	build := func(prefix string) (*Store, factory.DestroyFunc) {
 		inner := func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
 			func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
-			return &recorder{}, func() { destroyed[prefix]++ }, nil
+			return &recorder{}, func() {
+				mu.Lock()
+				destroyed[prefix]++
+				mu.Unlock()
+			}, nil
 		}
 		newFunc := func() runtime.Object { return &unstructured.Unstructured{} }
 		s, release, err := r.decorate(schema.GroupResource{Resource: prefix}, "", generic.StorageDecorator(inner))(nil, "/"+prefix, nil, newFunc, newFunc, nil, nil, nil)
