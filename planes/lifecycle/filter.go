@@ -21,6 +21,14 @@ import (
 // sure they only ever address planes that exist.
 const NoProvisionHeader = "X-Kplane-No-Provision"
 
+// DecideAfterResetHeader on a request makes a plane held for a reset
+// refuse it (409) instead of letting it wait for the reset's end. The
+// in-process controllers set it: what they write was decided on the plane
+// before the reset, and would be applied to what the reset made (a
+// Deployment controller would add a ReplicaSet of the template the reset
+// undid). Refused, they decide again from their informers.
+const DecideAfterResetHeader = "X-Kplane-Decide-After-Reset"
+
 // probePaths answer for an existing plane without creating one.
 var probePaths = []string{"/readyz", "/livez", "/healthz", "/version"}
 
@@ -71,9 +79,14 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 		// Entering first means a deletion that starts from here on waits
 		// for this request, provisioning and bootstrap included.
 		info, _ := request.RequestInfoFrom(ctx)
-		tracked, done, ok := m.requests.enter(ctx, plane, info != nil && info.Verb == "watch")
-		if !ok {
+		tracked, done, entry := m.requests.enter(ctx, plane, info != nil && info.Verb == "watch",
+			req.Header.Get(DecideAfterResetHeader) != "")
+		switch entry {
+		case closedToRequests:
 			writeError(w, req, serializer, terminating(plane))
+			return
+		case heldForReset:
+			writeError(w, req, serializer, resetting(plane))
 			return
 		}
 		defer done()
@@ -115,6 +128,12 @@ func Refused(err error) bool {
 func terminating(plane string) error {
 	return apierrors.NewConflict(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource},
 		plane, fmt.Errorf("the plane is being deleted"))
+}
+
+// resetting is not Refused: the work is not over, only to be decided again.
+func resetting(plane string) error {
+	return apierrors.NewConflict(schema.GroupResource{Group: GVR.Group, Resource: "resets"},
+		plane, fmt.Errorf("the plane is being reset: decide again on what it is after the reset"))
 }
 
 func notFound(plane string) error {

@@ -160,6 +160,8 @@ type Manager struct {
 	clones singleflight.Group
 	// provisioning counts, per user, first requests creating a plane.
 	provisioning map[string]map[string]int
+	// inheritanceChanged is told of planes whose Inherits may have changed.
+	inheritanceChanged atomic.Pointer[func(plane string)]
 }
 
 // New returns a manager; Run starts it.
@@ -219,6 +221,7 @@ func (m *Manager) observe(obj any) {
 	}
 	m.mu.Lock()
 	s := m.state[u.GetName()]
+	inheritedBefore := inheritsLocked(s)
 	if s == nil || s.uid != u.GetUID() {
 		s = &state{phase: Pending, uid: u.GetUID()}
 		m.state[u.GetName()] = s
@@ -249,7 +252,11 @@ func (m *Manager) observe(obj any) {
 		s.heldForMarkAt = resourceVersionOf(u)
 	}
 	endedElsewhere := m.resetEndedElsewhereLocked(u, s)
+	inheritanceChanged := inheritsLocked(s) != inheritedBefore
 	m.mu.Unlock()
+	if inheritanceChanged {
+		m.tellInheritance(u.GetName())
+	}
 	if holdForReset {
 		m.holdForReset(u.GetName())
 	}
@@ -319,6 +326,34 @@ func (m *Manager) Template(plane string) (string, bool) {
 		return s.base, true
 	}
 	return "", false
+}
+
+// Inherits returns the template whose objects plane shows as its own
+// (spec.template), "" for a plane made from none, the base plane aside,
+// and for a plane being deleted: a member's inherited objects leave with
+// it, before its own records are wiped.
+func (m *Manager) Inherits(plane string) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return inheritsLocked(m.state[plane])
+}
+
+func inheritsLocked(s *state) string {
+	if s == nil || s.terminating {
+		return ""
+	}
+	return s.template
+}
+
+// OnInheritanceChange makes the manager call f with each plane whose
+// Inherits may have changed: made from a template, deleted, forgotten. f
+// is called outside the manager's lock and must not block.
+func (m *Manager) OnInheritanceChange(f func(plane string)) { m.inheritanceChanged.Store(&f) }
+
+func (m *Manager) tellInheritance(plane string) {
+	if f := m.inheritanceChanged.Load(); f != nil {
+		(*f)(plane)
+	}
 }
 
 // ResetRevision implements planes/storage.Layers.
@@ -634,6 +669,7 @@ func usageChanged(last, now Usage) bool {
 func (m *Manager) forget(name string) {
 	m.mu.Lock()
 	s, known := m.state[name]
+	inherited := inheritsLocked(s)
 	if known {
 		m.setTemplateLocked(name, s, "")
 	}
@@ -641,6 +677,9 @@ func (m *Manager) forget(name string) {
 	m.mu.Unlock()
 	if !known {
 		return
+	}
+	if inherited != "" {
+		m.tellInheritance(name)
 	}
 	m.requests.reopen(name)
 	m.config.Bootstrapper.Forget(name)

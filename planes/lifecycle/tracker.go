@@ -40,11 +40,23 @@ func (t *tracker) plane(name string) *inflight {
 	return p
 }
 
+// entry is why a request was not admitted.
+type entry int
+
+const (
+	admitted entry = iota
+	// closedToRequests: the plane is being deleted (or the request's
+	// context ended while it waited).
+	closedToRequests
+	// heldForReset: the plane is held and the request asked not to wait.
+	heldForReset
+)
+
 // enter admits a request to plane unless the plane is closed; while the
-// plane is held (reset) it waits for it to be released. A watch gets a
-// context that ends when the plane is closed or held. done must be called
-// when the request ends.
-func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ context.Context, done func(), ok bool) {
+// plane is held (reset) it waits for it to be released, or with noWait is
+// not admitted. A watch gets a context that ends when the plane is closed
+// or held. done must be called when the request ends.
+func (t *tracker) enter(ctx context.Context, plane string, watch, noWait bool) (_ context.Context, done func(), e entry) {
 	for {
 		t.mu.Lock()
 		p := t.plane(plane)
@@ -53,16 +65,19 @@ func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ contex
 			break
 		}
 		t.mu.Unlock()
+		if noWait {
+			return ctx, func() {}, heldForReset
+		}
 		select {
 		case <-held:
 		case <-ctx.Done():
-			return ctx, func() {}, false
+			return ctx, func() {}, closedToRequests
 		}
 	}
 	defer t.mu.Unlock()
 	p := t.plane(plane)
 	if p.closed {
-		return ctx, func() {}, false
+		return ctx, func() {}, closedToRequests
 	}
 	p.count++
 	var id uint64
@@ -92,7 +107,7 @@ func (t *tracker) enter(ctx context.Context, plane string, watch bool) (_ contex
 				delete(t.planes, plane)
 			}
 		}
-	}, true
+	}, admitted
 }
 
 // hold makes new requests to plane wait, ends its watches, and returns a

@@ -64,6 +64,9 @@ type Config struct {
 	// Planes returns what a plane's Plane sets for the kubelet (nil:
 	// nothing anywhere).
 	Planes func(plane string) kubelet.PlaneSettings
+	// Templates tells which planes inherit a template's objects (nil:
+	// none), which the controllers see as the member's own.
+	Templates informers.Templates
 }
 
 // PlaneAnnotation on a Plane (root plane) set to "false" leaves that
@@ -78,8 +81,9 @@ type Simulation struct {
 	// routed addresses the plane in each call's context (nodes).
 	routed    kubernetes.Interface
 	provision *nodes.Provisioner
-	// kubelet is set once Run built it.
-	kubelet atomic.Pointer[kubelet.Kubelet]
+	// kubelet and informers are set once Run built them.
+	kubelet   atomic.Pointer[kubelet.Kubelet]
+	informers atomic.Pointer[informers.Informers]
 }
 
 // New checks the configuration; Run starts the simulation.
@@ -89,6 +93,7 @@ func New(config Config) (*Simulation, error) {
 	}
 	// Never bring a plane into being: work left for a deleted plane fails.
 	routedConfig := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	routedConfig.Wrap(loopback.WithHeader(lifecycle.DecideAfterResetHeader))
 	// The endpoints controller writes v1 Endpoints on purpose, as
 	// kube-controller-manager does: their deprecation warning is for users.
 	routedConfig.WarningHandlerWithContext = rest.NoWarnings{}
@@ -120,6 +125,18 @@ func (s *Simulation) SetPlaneSettings(f func(plane string) kubelet.PlaneSettings
 	s.provision.SetFaults(func(plane string) []faults.Fault { return f(plane).Faults })
 }
 
+// SetTemplates sets Config.Templates; call it before Run.
+func (s *Simulation) SetTemplates(t informers.Templates) { s.config.Templates = t }
+
+// InheritanceChanged makes the controllers see again what plane inherits
+// from a template: it was made from one, or is being deleted. Before Run
+// there is nothing to tell: the informers' first list finds it.
+func (s *Simulation) InheritanceChanged(plane string) {
+	if inf := s.informers.Load(); inf != nil {
+		inf.InheritanceChanged(plane)
+	}
+}
+
 // PlaneChanged makes the simulation look again at plane's pods: what the
 // plane's Plane sets (faults) changed.
 func (s *Simulation) PlaneChanged(plane string) {
@@ -131,10 +148,11 @@ func (s *Simulation) PlaneChanged(plane string) {
 // Run builds the informers and controllers and runs them until ctx is
 // done. The storages must exist (the API is installed).
 func (s *Simulation) Run(ctx context.Context) error {
-	inf, err := informers.New(s.config.Storage, s.config.Off)
+	inf, err := informers.New(s.config.Storage, s.config.Off, s.config.Templates)
 	if err != nil {
 		return err
 	}
+	s.informers.Store(inf)
 	sched, err := scheduler.New(s.client, inf, s.provision)
 	if err != nil {
 		return err

@@ -78,6 +78,8 @@ func bindSimulation(sim *simulation.Simulation, manager *lifecycle.Manager) {
 		return
 	}
 	planesByName := manager.Informer().GetIndexer()
+	sim.SetTemplates(manager)
+	manager.OnInheritanceChange(sim.InheritanceChanged)
 	sim.SetOff(func(plane string) bool {
 		obj, exists, err := planesByName.GetByKey(plane)
 		if err != nil || !exists {

@@ -40,12 +40,14 @@ type Informers struct {
 	EndpointSlices         discoveryinformers.EndpointSliceInformer
 	PodDisruptionBudgets   policyinformers.PodDisruptionBudgetInformer
 
-	all []cache.SharedIndexInformer
+	all     []cache.SharedIndexInformer
+	sources []*source
 }
 
 // New builds the informers over registry's storages; Start runs them.
-// off (nil: none) names the planes whose objects are left out.
-func New(registry *planestorage.Registry, off func(plane string) bool) (*Informers, error) {
+// off (nil: none) names the planes whose objects are left out; templates
+// (nil: none) tells which planes inherit a template's objects.
+func New(registry *planestorage.Registry, off func(plane string) bool, templates Templates) (*Informers, error) {
 	i := &Informers{}
 	var err error
 	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
@@ -57,9 +59,11 @@ func New(registry *planestorage.Registry, off func(plane string) bool) (*Informe
 			err = fmt.Errorf("no storage for %s", gr)
 			return nil
 		}
-		inf := cache.NewSharedIndexInformer((&source{store: store, kind: k, off: off}).listerWatcher(), k.object(), 0,
+		src := newSource(store, k, off, templates)
+		inf := cache.NewSharedIndexInformer(src.listerWatcher(), k.object(), 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		i.all = append(i.all, inf)
+		i.sources = append(i.sources, src)
 		return inf
 	}
 	i.Deployments = deploymentInformer{build(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployments)}
@@ -86,6 +90,15 @@ func New(registry *planestorage.Registry, off func(plane string) bool) (*Informe
 func (i *Informers) Start(ctx context.Context) {
 	for _, inf := range i.all {
 		go inf.RunWithContext(ctx)
+	}
+}
+
+// InheritanceChanged makes every informer look again at the objects plane
+// inherits from a template: it was made from one, or is being deleted.
+// It does not block.
+func (i *Informers) InheritanceChanged(plane string) {
+	for _, src := range i.sources {
+		src.InheritanceChanged(plane)
 	}
 }
 

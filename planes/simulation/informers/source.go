@@ -29,23 +29,56 @@ type kind struct {
 	keep func(obj runtime.Object) bool
 }
 
+// Templates tells which planes show a template's objects as their own.
+type Templates interface {
+	// Inherits returns the template whose objects plane shows ("" for
+	// none, and for a plane being deleted).
+	Inherits(plane string) string
+	// Dependents returns the planes made from template.
+	Dependents(template string) []string
+}
+
 // source lists and watches one shared watch cache across every plane and
 // hands out versioned objects with their plane folded in: the
 // ListerWatcher of one client-go informer for all planes.
+//
+// A plane made from a template stores only what it changed; the rest it
+// inherits, and the controllers must see it there too (a member's
+// Deployment must find its inherited ReplicaSet, or it makes a second
+// one). The source adds each member's inherited objects to its list, and
+// to its watch when a plane starts or stops inheriting (InheritanceChanged)
+// and when a reset removes a record that hid an inherited object.
 type source struct {
 	store *planestorage.Store
 	kind  kind
 	// off reports the planes whose objects the controllers must not see.
 	off func(plane string) bool
+	// templates is nil when no plane is made from a template.
+	templates Templates
 
-	// told holds the keys of the objects the informer was given. An
-	// unwanted object's event reaches the informer only as the deletion
-	// of an object it holds: client-go's FIFO hands a deletion of an
-	// unknown key to the handlers too, and a controller takes that as
-	// its object gone (the endpoints controller would delete the
-	// Endpoints of a Service it never saw).
-	mu   sync.Mutex
-	told map[string]struct{}
+	mu sync.Mutex
+	// told holds, per plane and informer key, the objects the informer
+	// was given. An unwanted object's event reaches the informer only as
+	// the deletion of an object it holds: client-go's FIFO hands a
+	// deletion of an unknown key to the handlers too, and a controller
+	// takes that as its object gone (the endpoints controller would
+	// delete the Endpoints of a Service it never saw).
+	told map[string]map[string]held
+	// pending are the planes whose inherited objects the watch is to
+	// look at again; signal wakes it.
+	pending map[string]struct{}
+	signal  chan struct{}
+}
+
+// held is what the informer holds at one key.
+type held struct {
+	obj runtime.Object
+	// inherited: the object is a template's, not a record of the plane.
+	inherited bool
+}
+
+func newSource(store *planestorage.Store, k kind, off func(string) bool, templates Templates) *source {
+	return &source{store: store, kind: k, off: off, templates: templates, signal: make(chan struct{}, 1)}
 }
 
 // wanted reports whether the controllers are to see a converted object of
@@ -59,6 +92,9 @@ func (s *source) listerWatcher() cache.ListerWatcher {
 }
 
 func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+	// What is pending now is in the list; what comes after, the watch
+	// looks at.
+	s.takePending()
 	internal := s.store.NewList()
 	if err := s.store.GetList(planes.WithAllPlanes(ctx), s.store.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: "0", Recursive: true, Predicate: storage.Everything,
@@ -69,21 +105,33 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	if err != nil {
 		return nil, err
 	}
-	out := s.kind.list()
 	kept := make([]runtime.Object, 0, len(items))
-	told := make(map[string]struct{}, len(items))
+	told := map[string]map[string]held{}
+	keep := func(plane string, obj runtime.Object, inherited bool) {
+		kept = append(kept, obj)
+		if told[plane] == nil {
+			told[plane] = map[string]held{}
+		}
+		told[plane][key(obj)] = held{obj: obj, inherited: inherited}
+	}
 	for _, item := range items {
+		plane := planes.OfObject(item)
 		if planestorage.IsTombstone(item) {
 			continue
 		}
-		if obj, ok := s.convert(item); ok && s.wanted(planes.OfObject(item), obj) {
-			kept = append(kept, obj)
-			told[key(obj)] = struct{}{}
+		if obj, ok := s.convert(item, plane); ok && s.wanted(plane, obj) {
+			keep(plane, obj, false)
+		}
+	}
+	for plane, objs := range s.inheritedAtList(items) {
+		for _, obj := range objs {
+			keep(plane, obj, true)
 		}
 	}
 	s.mu.Lock()
 	s.told = told
 	s.mu.Unlock()
+	out := s.kind.list()
 	if err := meta.SetList(out, kept); err != nil {
 		return nil, err
 	}
@@ -96,69 +144,40 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	return out, nil
 }
 
-func (s *source) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if opts.SendInitialEvents != nil {
-		return nil, fmt.Errorf("a watch of %s of every plane cannot stream its initial list", s.store.Resource())
-	}
-	w, err := s.store.Watch(planes.WithAllPlanes(ctx), s.store.ResourcePrefix(), storage.ListOptions{
-		ResourceVersion: opts.ResourceVersion, Recursive: true, Predicate: storage.Everything,
-		ProgressNotify: opts.AllowWatchBookmarks,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return watch.Filter(w, s.event), nil
-}
-
-// event converts one watch event; an object the controllers do not want
-// (any more: its plane's simulation was turned off) is a deletion, which
-// the informer ignores for an unknown key.
-func (s *source) event(ev watch.Event) (watch.Event, bool) {
-	switch ev.Type {
-	case watch.Added, watch.Modified, watch.Deleted:
-		obj := ev.Object
-		if c, ok := obj.(runtime.CacheableObject); ok {
-			obj = c.GetObject()
-		}
-		converted, ok := s.convert(obj)
-		if !ok {
-			return ev, false
-		}
-		if ev.Type != watch.Deleted && (planestorage.IsTombstone(obj) || !s.wanted(planes.OfObject(obj), converted)) {
-			ev.Type = watch.Deleted
-		}
-		ev.Object = converted
-		return ev, s.tell(ev.Type, key(converted))
-	case watch.Bookmark:
-		out := s.kind.object()
-		if from, err := meta.Accessor(ev.Object); err == nil {
-			if to, err := meta.Accessor(out); err == nil {
-				to.SetResourceVersion(from.GetResourceVersion())
-				to.SetAnnotations(from.GetAnnotations())
-			}
-		}
-		ev.Object = out
-		return ev, true
-	default:
-		return ev, true
-	}
-}
-
 // tell records what an event tells the informer and reports whether the
 // event is to reach it: a deletion only of an object it holds.
-func (s *source) tell(t watch.EventType, key string) bool {
+func (s *source) tell(t watch.EventType, plane, key string, obj runtime.Object, inherited bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, held := s.told[key]
+	_, wasHeld := s.told[plane][key]
 	if t == watch.Deleted {
-		delete(s.told, key)
-		return held
+		if wasHeld {
+			delete(s.told[plane], key)
+			if len(s.told[plane]) == 0 {
+				delete(s.told, plane)
+			}
+		}
+		return wasHeld
 	}
 	if s.told == nil {
-		s.told = map[string]struct{}{}
+		s.told = map[string]map[string]held{}
 	}
-	s.told[key] = struct{}{}
+	if s.told[plane] == nil {
+		s.told[plane] = map[string]held{}
+	}
+	s.told[plane][key] = held{obj: obj, inherited: inherited}
 	return true
+}
+
+// heldBy returns a copy of what the informer holds of plane.
+func (s *source) heldBy(plane string) map[string]held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]held, len(s.told[plane]))
+	for k, h := range s.told[plane] {
+		out[k] = h
+	}
+	return out
 }
 
 // key is the informer's key of a converted object.
@@ -167,15 +186,31 @@ func key(obj runtime.Object) string {
 	return k
 }
 
-// convert returns the versioned, plane-folded form of a cached object.
-func (s *source) convert(obj runtime.Object) (runtime.Object, bool) {
-	plane := planes.OfObject(obj)
+// convert returns the versioned form of a cached object as plane shows
+// it: plane folded in, without the storage's layer mark. The record may
+// be another plane's, a template's that plane inherits.
+func (s *source) convert(obj runtime.Object, plane string) (runtime.Object, bool) {
 	if plane == "" || !s.store.Owns(plane) {
 		return nil, false
 	}
 	out := s.kind.object()
 	if err := legacyscheme.Scheme.Convert(obj, out, nil); err != nil {
 		return nil, false
+	}
+	accessor, err := meta.Accessor(out)
+	if err != nil {
+		return nil, false
+	}
+	if annotations := accessor.GetAnnotations(); annotations[planes.Annotation] != plane ||
+		annotations[planestorage.LayerAnnotation] != "" {
+		// A copy: the map is the watch cache's.
+		shown := make(map[string]string, len(annotations))
+		for k, v := range annotations {
+			shown[k] = v
+		}
+		shown[planes.Annotation] = plane
+		delete(shown, planestorage.LayerAnnotation)
+		accessor.SetAnnotations(shown)
 	}
 	s.kind.fold(plane, out)
 	return out, true

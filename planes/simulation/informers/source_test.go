@@ -22,7 +22,7 @@ func TestTellDeletesOnlyHeldObjects(t *testing.T) {
 		{watch.Deleted, "p|default/web", false},
 	}
 	for i, step := range steps {
-		if got := s.tell(step.event, step.key); got != step.want {
+		if got := s.tell(step.event, "p", step.key, nil, false); got != step.want {
 			t.Fatalf("step %d: tell(%s, %s) = %v, want %v", i, step.event, step.key, got, step.want)
 		}
 	}

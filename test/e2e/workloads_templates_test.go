@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"kplane.dev/kplane/test/e2e/framework"
+)
+
+// TestWorkloadsInTemplateMembers: a member's workloads inherited from its
+// template move as its own: the controllers find the inherited ReplicaSet
+// and Pods, scale and roll them out in the member alone, and a reset or
+// the deletion of another member takes the member back to, or leaves it
+// at, what it should be.
+func TestWorkloadsInTemplateMembers(t *testing.T) {
+	t.Parallel()
+	s := shared
+	tmpl := uniquePlane(t, "wl-tmpl")
+	createPlane(t, s, tmpl, "")
+	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=2")
+	rollout(t, s, tmpl, "web")
+	s.MustKubectl(t, tmpl, "", "expose", "deployment/web", "--port=80")
+	ct := s.Client(t, tmpl)
+	framework.Eventually(t, framework.DefaultTimeout, "the template's Service lists its 2 pods", func(ctx context.Context) error {
+		if _, err := runningPods(ctx, ct, "default", "app=web", 2, "nginx"); err != nil {
+			return err
+		}
+		return endpointsMatch(ctx, ct, "default", "web", "app=web")
+	})
+	a, b := uniquePlane(t, "wl-member-a"), uniquePlane(t, "wl-member-b")
+	createPlane(t, s, a, tmpl)
+	createPlane(t, s, b, tmpl)
+	ca, cb := s.Client(t, a), s.Client(t, b)
+	for plane, c := range map[string]kubernetes.Interface{a: ca, b: cb} {
+		framework.Eventually(t, framework.DefaultTimeout, "member "+plane+" runs the 2 inherited pods", func(ctx context.Context) error {
+			_, err := runningPods(ctx, c, "default", "app=web", 2, "nginx")
+			return err
+		})
+	}
+
+	s.MustKubectl(t, a, "", "scale", "deployment/web", "--replicas=4")
+	rollout(t, s, a, "web")
+	framework.Eventually(t, framework.DefaultTimeout, "member a: 4 pods, listed by its Service", func(ctx context.Context) error {
+		if _, err := runningPods(ctx, ca, "default", "app=web", 4, "nginx"); err != nil {
+			return err
+		}
+		return endpointsMatch(ctx, ca, "default", "web", "app=web")
+	})
+	s.MustKubectl(t, a, "", "set", "image", "deployment/web", "nginx=nginx:1.27")
+	rollout(t, s, a, "web")
+	framework.Eventually(t, framework.DefaultTimeout, "member a: 4 pods of nginx:1.27 in one ReplicaSet more", func(ctx context.Context) error {
+		if _, err := runningPods(ctx, ca, "default", "app=web", 4, "nginx:1.27"); err != nil {
+			return err
+		}
+		return replicaSets(ctx, ca, 2)
+	})
+	for plane, c := range map[string]kubernetes.Interface{tmpl: ct, b: cb} {
+		if _, err := runningPods(t.Context(), c, "default", "app=web", 2, "nginx"); err != nil {
+			t.Fatalf("plane %s changed with member a: %v", plane, err)
+		}
+		if err := replicaSets(t.Context(), c, 1); err != nil {
+			t.Fatalf("plane %s: %v", plane, err)
+		}
+	}
+
+	t.Run("reset", func(t *testing.T) {
+		if code := resetPlane(t, s, a); code != http.StatusOK {
+			t.Fatalf("reset %s: HTTP %d", a, code)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "member a back to the template's 2 pods", func(ctx context.Context) error {
+			if _, err := runningPods(ctx, ca, "default", "app=web", 2, "nginx"); err != nil {
+				return err
+			}
+			return replicaSets(ctx, ca, 1)
+		})
+		// The controllers hold the inherited objects again: the member
+		// moves from there as before.
+		s.MustKubectl(t, a, "", "scale", "deployment/web", "--replicas=3")
+		rollout(t, s, a, "web")
+		framework.Eventually(t, framework.DefaultTimeout, "member a: 3 pods after the reset, listed by its Service", func(ctx context.Context) error {
+			if _, err := runningPods(ctx, ca, "default", "app=web", 3, "nginx"); err != nil {
+				return err
+			}
+			return endpointsMatch(ctx, ca, "default", "web", "app=web")
+		})
+	})
+	t.Run("deleting a member", func(t *testing.T) {
+		if out, err := kplaneCmd(t, s, "planes", "delete", b); err != nil {
+			t.Fatalf("kplane planes delete: %v\n%s", err, out)
+		}
+		planes := s.Dynamic(t, "root").Resource(planeGVR)
+		eventually(t, framework.DefaultTimeout, "plane "+b+" deleted", func() (bool, error) {
+			_, err := planes.Get(t.Context(), b, metav1.GetOptions{})
+			return gone(err)
+		})
+		s.MustKubectl(t, a, "", "scale", "deployment/web", "--replicas=1")
+		rollout(t, s, a, "web")
+		framework.Eventually(t, framework.DefaultTimeout, "member a: 1 pod", func(ctx context.Context) error {
+			_, err := runningPods(ctx, ca, "default", "app=web", 1, "nginx")
+			return err
+		})
+		// The same id again is a plane of its own, made from nothing.
+		cb := s.Client(t, b)
+		if l, err := cb.AppsV1().Deployments("").List(t.Context(), metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
+			t.Fatalf("plane %s created again holds deployments (%v)", b, err)
+		}
+	})
+}
+
+// replicaSets checks that the plane's Deployment web has want ReplicaSets:
+// a controller that did not find an inherited one would make another.
+func replicaSets(ctx context.Context, c kubernetes.Interface, want int) error {
+	list, err := c.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		return err
+	}
+	if len(list.Items) != want {
+		return fmt.Errorf("%d ReplicaSets of web, want %d", len(list.Items), want)
+	}
+	for _, rs := range list.Items {
+		if !ownedByDeployment(&rs, "web") {
+			return fmt.Errorf("ReplicaSet %s is not web's", rs.Name)
+		}
+	}
+	return nil
+}
+
+func ownedByDeployment(rs *appsv1.ReplicaSet, name string) bool {
+	for _, ref := range rs.OwnerReferences {
+		if ref.Kind == "Deployment" && ref.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestWorkloadsInTemplateMembersAfterRestart: after kill -9 and a restart
+// the controllers' first list holds each member's inherited objects: the
+// member's Deployment scales with the ReplicaSet it inherited.
+func TestWorkloadsInTemplateMembersAfterRestart(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{})
+	tmpl, member := "wl-restart-tmpl", "wl-restart-member"
+	createPlane(t, s, tmpl, "")
+	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=2")
+	rollout(t, s, tmpl, "web")
+	createPlane(t, s, member, tmpl)
+	s.Kill()
+	s.Restart(t)
+	s.MustKubectl(t, member, "", "scale", "deployment/web", "--replicas=3")
+	rollout(t, s, member, "web")
+	c := s.Client(t, member)
+	framework.Eventually(t, framework.DefaultTimeout, "member: 3 pods of the inherited ReplicaSet", func(ctx context.Context) error {
+		if _, err := runningPods(ctx, c, "default", "app=web", 3, "nginx"); err != nil {
+			return err
+		}
+		return replicaSets(ctx, c, 1)
+	})
+}
