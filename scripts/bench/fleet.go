@@ -67,49 +67,13 @@ func fleetScenario(binary string, p fleetParams) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	var writes int
-	var first time.Duration
-	ready := int64(-1)
-	rv := created.GetResourceVersion()
-	lastReport := time.Now()
-	// The client ends a watch after its timeout: watch again from the last
-	// version seen.
-	for ready < int64(p.Replicas) {
-		w, err := fleets.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=bench", ResourceVersion: rv})
-		if err != nil {
-			return Result{}, err
-		}
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				w.Stop()
-				return Result{}, apierrors.FromObject(ev.Object)
-			}
-			u := ev.Object.(*unstructured.Unstructured)
-			rv = u.GetResourceVersion()
-			if ev.Type == watch.Modified {
-				writes++
-			}
-			n, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
-			since := time.Since(began)
-			if n > 0 && first == 0 {
-				first = since
-			}
-			if since <= 5*time.Second {
-				figures["members_ready_at_5s"] = float64(n)
-			}
-			ready = n
-			if time.Since(lastReport) > 5*time.Second {
-				fmt.Printf("   fleet: %d/%d members ready after %s\n", n, p.Replicas, since.Round(time.Millisecond))
-				lastReport = time.Now()
-			}
-			if ready >= int64(p.Replicas) {
-				break
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("fleet not ready: %d/%d", ready, p.Replicas)
-		}
+	progress, err := awaitFleetReady(ctx, fleets, created, p.Replicas, began)
+	if err != nil {
+		return Result{}, err
+	}
+	writes, first := progress.writes, progress.first
+	if progress.readyAt5s >= 0 {
+		figures["members_ready_at_5s"] = float64(progress.readyAt5s)
 	}
 	elapsed := time.Since(began)
 	if cpuProfile != nil {
@@ -198,4 +162,63 @@ func (s *server) cpuProfile(path string, d time.Duration) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
+}
+
+// fleetProgress is what a Fleet's watch showed until it was ready.
+type fleetProgress struct {
+	// writes counts its MODIFIED events; first is when a member was first
+	// ready; readyAt5s the members ready 5 s in (-1: no event by then).
+	writes    int
+	first     time.Duration
+	readyAt5s int64
+}
+
+// awaitFleetReady watches the Fleet created until status.readyReplicas
+// reaches replicas, reporting every 5 s.
+func awaitFleetReady(ctx context.Context, fleets dynamic.ResourceInterface, created *unstructured.Unstructured,
+	replicas int, began time.Time) (fleetProgress, error) {
+	progress := fleetProgress{readyAt5s: -1}
+	ready := int64(-1)
+	rv := created.GetResourceVersion()
+	lastReport := time.Now()
+	// The client ends a watch after its timeout: watch again from the last
+	// version seen.
+	for ready < int64(replicas) {
+		w, err := fleets.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + created.GetName(), ResourceVersion: rv})
+		if err != nil {
+			return progress, err
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				w.Stop()
+				return progress, apierrors.FromObject(ev.Object)
+			}
+			u := ev.Object.(*unstructured.Unstructured)
+			rv = u.GetResourceVersion()
+			if ev.Type == watch.Modified {
+				progress.writes++
+			}
+			n, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
+			since := time.Since(began)
+			if n > 0 && progress.first == 0 {
+				progress.first = since
+			}
+			if since <= 5*time.Second {
+				progress.readyAt5s = n
+			}
+			ready = n
+			if time.Since(lastReport) > 5*time.Second {
+				fmt.Printf("   fleet: %d/%d members ready after %s\n", n, replicas, since.Round(time.Millisecond))
+				lastReport = time.Now()
+			}
+			if ready >= int64(replicas) {
+				break
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return progress, fmt.Errorf("fleet not ready: %d/%d", ready, replicas)
+		}
+	}
+	return progress, nil
 }

@@ -102,7 +102,7 @@ func parseFlags() *benchFlags {
 	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
 	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
 	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, member-workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
 	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -191,6 +191,8 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 			CopyMembers: 10, Changes: 20, Resets: 50})
 	case "workloads":
 		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir})
+	case "member-workloads":
+		res, err = memberWorkloadsScenario(bin, memberWorkloadsParams{Members: *f.fleetReplicas, Workers: *f.workers, Bootstrap: *f.bootstrap})
 	case "plain-planes":
 		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly})
 	case "quota":

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -67,6 +69,11 @@ func TestWorkloadsInTemplateMembers(t *testing.T) {
 		if err := replicaSets(t.Context(), c, 1); err != nil {
 			t.Fatalf("plane %s: %v", plane, err)
 		}
+	}
+	// Member b, left alone, wrote nothing: no controller made a Pod before
+	// it saw the inherited ones (each would leave its events).
+	if tEvents, bEvents := eventNames(t, ct), eventNames(t, cb); tEvents != bEvents {
+		t.Fatalf("member b has events of its own:\ntemplate: %s\nmember:   %s", tEvents, bEvents)
 	}
 
 	t.Run("reset", func(t *testing.T) {
@@ -162,4 +169,19 @@ func TestWorkloadsInTemplateMembersAfterRestart(t *testing.T) {
 		}
 		return replicaSets(ctx, c, 1)
 	})
+}
+
+// eventNames lists the names of the events in default, sorted.
+func eventNames(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	list, err := c.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, e := range list.Items {
+		names = append(names, e.Name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, " ")
 }

@@ -16,6 +16,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	planestorage "kplane.dev/kplane/planes/storage"
 )
@@ -40,16 +41,30 @@ type Informers struct {
 	EndpointSlices         discoveryinformers.EndpointSliceInformer
 	PodDisruptionBudgets   policyinformers.PodDisruptionBudgetInformer
 
-	all     []cache.SharedIndexInformer
-	sources []*source
+	all []cache.SharedIndexInformer
+	// stages order the informers for a plane's inherited objects: what
+	// the controllers of a later stage read (Pods, ReplicaSets) is in
+	// place before they hear of what they act on (ReplicaSets,
+	// Deployments), as at start, when every informer syncs first.
+	stages [][]informerSource
+	// inheriting queues the planes whose inherited objects changed.
+	inheriting workqueue.TypedInterface[string]
+	templates  Templates
+}
+
+// informerSource is an informer and the source that feeds it.
+type informerSource struct {
+	informer cache.SharedIndexInformer
+	source   *source
 }
 
 // New builds the informers over registry's storages; Start runs them.
 // off (nil: none) names the planes whose objects are left out; templates
 // (nil: none) tells which planes inherit a template's objects.
 func New(registry *planestorage.Registry, off func(plane string) bool, templates Templates) (*Informers, error) {
-	i := &Informers{}
+	i := &Informers{inheriting: workqueue.NewTyped[string](), templates: templates}
 	var err error
+	built := map[cache.SharedIndexInformer]*source{}
 	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
 		if err != nil {
 			return nil
@@ -63,7 +78,7 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 		inf := cache.NewSharedIndexInformer(src.listerWatcher(), k.object(), 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		i.all = append(i.all, inf)
-		i.sources = append(i.sources, src)
+		built[inf] = src
 		return inf
 	}
 	i.Deployments = deploymentInformer{build(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployments)}
@@ -83,6 +98,18 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 	if err != nil {
 		return nil, err
 	}
+	for _, stage := range [][]cache.SharedIndexInformer{
+		{i.Nodes.Informer(), i.Pods.Informer(), i.PersistentVolumeClaims.Informer(), i.ControllerRevisions.Informer(),
+			i.EndpointSlices.Informer(), i.Endpoints.Informer()},
+		{i.ReplicaSets.Informer(), i.ReplicationControllers.Informer(), i.Jobs.Informer(), i.Services.Informer()},
+		{i.Deployments.Informer(), i.StatefulSets.Informer(), i.CronJobs.Informer(), i.PodDisruptionBudgets.Informer()},
+	} {
+		var sources []informerSource
+		for _, inf := range stage {
+			sources = append(sources, informerSource{informer: inf, source: built[inf]})
+		}
+		i.stages = append(i.stages, sources)
+	}
 	return i, nil
 }
 
@@ -91,16 +118,17 @@ func (i *Informers) Start(ctx context.Context) {
 	for _, inf := range i.all {
 		go inf.RunWithContext(ctx)
 	}
+	go func() {
+		<-ctx.Done()
+		i.inheriting.ShutDown()
+	}()
+	go i.runInheritance(ctx)
 }
 
 // InheritanceChanged makes every informer look again at the objects plane
 // inherits from a template: it was made from one, or is being deleted.
 // It does not block.
-func (i *Informers) InheritanceChanged(plane string) {
-	for _, src := range i.sources {
-		src.InheritanceChanged(plane)
-	}
-}
+func (i *Informers) InheritanceChanged(plane string) { i.inheriting.Add(plane) }
 
 // WaitForSync waits for every informer's first list.
 func (i *Informers) WaitForSync(ctx context.Context) bool {

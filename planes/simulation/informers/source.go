@@ -65,8 +65,8 @@ type source struct {
 	// delete the Endpoints of a Service it never saw).
 	told map[string]map[string]held
 	// pending are the planes whose inherited objects the watch is to
-	// look at again; signal wakes it.
-	pending map[string]struct{}
+	// look at again, with who waits for it; signal wakes it.
+	pending map[string][]chan<- expectation
 	signal  chan struct{}
 }
 
@@ -94,7 +94,9 @@ func (s *source) listerWatcher() cache.ListerWatcher {
 func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
 	// What is pending now is in the list; what comes after, the watch
 	// looks at.
-	s.takePending()
+	looked := s.takePending()
+	// Those waiting wait for the list, which holds what they look for.
+	defer answer(looked, nil)
 	internal := s.store.NewList()
 	if err := s.store.GetList(planes.WithAllPlanes(ctx), s.store.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: "0", Recursive: true, Predicate: storage.Everything,

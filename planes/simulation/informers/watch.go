@@ -15,29 +15,33 @@ import (
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
-// InheritanceChanged makes the source's watch look again at what plane
-// inherits: it was made from a template, or is being deleted.
-func (s *source) InheritanceChanged(plane string) {
+// expectation is what an informer is to hold of a plane once it has
+// taken the events of a look at what the plane inherits: key -> present.
+type expectation map[string]bool
+
+// inherit makes the source's watch look again at what plane inherits; the
+// channel receives what the informer is to hold once the events are sent.
+func (s *source) inherit(plane string) <-chan expectation {
+	done := make(chan expectation, 1)
 	s.mu.Lock()
 	if s.pending == nil {
-		s.pending = map[string]struct{}{}
+		s.pending = map[string][]chan<- expectation{}
 	}
-	s.pending[plane] = struct{}{}
+	s.pending[plane] = append(s.pending[plane], done)
 	s.mu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
 	default:
 	}
+	return done
 }
 
-// takePending returns the planes to look at again and forgets them.
-func (s *source) takePending() []string {
+// takePending returns the planes to look at again, with who waits for
+// each, and forgets them.
+func (s *source) takePending() map[string][]chan<- expectation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.pending))
-	for plane := range s.pending {
-		out = append(out, plane)
-	}
+	out := s.pending
 	s.pending = nil
 	return out
 }
@@ -90,6 +94,8 @@ func (w *planesWatch) run(ctx context.Context) {
 		var out []watch.Event
 		// inherited: out carries a template's resourceVersion.
 		inherited := false
+		var looked map[string][]chan<- expectation
+		var expects map[string]expectation
 		select {
 		case <-w.done:
 			return
@@ -104,8 +110,12 @@ func (w *planesWatch) run(ctx context.Context) {
 			}
 			out, inherited = w.src.event(ctx, ev)
 		case <-w.src.signal:
-			for _, plane := range w.src.takePending() {
-				out = append(out, w.src.reconcile(ctx, plane)...)
+			looked = w.src.takePending()
+			expects = make(map[string]expectation, len(looked))
+			for plane := range looked {
+				events := w.src.reconcile(ctx, plane)
+				expects[plane] = expectationOf(events)
+				out = append(out, events...)
 			}
 			inherited = len(out) > 0
 		}
@@ -116,10 +126,32 @@ func (w *planesWatch) run(ctx context.Context) {
 			select {
 			case w.result <- ev:
 			case <-w.done:
+				// The next list finds what these planes inherit.
+				answer(looked, nil)
 				return
 			}
 		}
+		answer(looked, expects)
 	}
+}
+
+// answer tells those waiting for a look at planes what the informer is to
+// hold of each (nothing known: nil).
+func answer(looked map[string][]chan<- expectation, expects map[string]expectation) {
+	for plane, waiters := range looked {
+		for _, waiter := range waiters {
+			waiter <- expects[plane]
+		}
+	}
+}
+
+// expectationOf is what the informer holds once it took events.
+func expectationOf(events []watch.Event) expectation {
+	out := make(expectation, len(events))
+	for _, ev := range events {
+		out[key(ev.Object)] = ev.Type != watch.Deleted
+	}
+	return out
 }
 
 func resourceVersion(obj runtime.Object) string {
