@@ -1,0 +1,85 @@
+package informers
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	api "k8s.io/kubernetes/pkg/apis/core"
+
+	planestorage "kplane.dev/kplane/planes/storage"
+)
+
+// chain is a Templates of fixed planes.
+type chain map[string]string
+
+func (c chain) Inherits(plane string) string { return c[plane] }
+func (c chain) Dependents(template string) []string {
+	var out []string
+	for p, t := range c {
+		if t == template {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func pod(name string, tombstone bool) runtime.Object {
+	p := &api.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+	if tombstone {
+		p.Annotations = map[string]string{planestorage.LayerAnnotation: planestorage.LayerDeleted}
+	}
+	return p
+}
+
+func layerOf(objs ...runtime.Object) records {
+	out := records{}
+	for _, o := range objs {
+		out[recordKey(o)] = o
+	}
+	return out
+}
+
+// TestViewThroughTemplates: a plane shows its own records over its
+// template's view, without what a tombstone deleted at any layer.
+func TestViewThroughTemplates(t *testing.T) {
+	own := map[string]records{
+		"base-scenario": layerOf(pod("a", false), pod("b", false), pod("c", false)),
+		"scenario":      layerOf(pod("b", true), pod("d", false)),
+		"member":        layerOf(pod("a", false), pod("c", true)),
+	}
+	s := &source{templates: chain{"scenario": "base-scenario", "member": "scenario"}}
+	l := &layers{own: func(p string) (records, error) { return own[p], nil }, views: map[string]records{}}
+	for plane, want := range map[string]string{
+		"base-scenario": "default/a default/b default/c",
+		"scenario":      "default/a default/c default/d",
+		"member":        "default/a default/d",
+	} {
+		v, err := l.view(s, plane, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for k := range v {
+			got = append(got, k)
+		}
+		sort.Strings(got)
+		if strings.Join(got, " ") != want {
+			t.Errorf("view of %s = %v, want %s", plane, got, want)
+		}
+	}
+	if v := l.views["member"]; v["default/a"] != own["member"]["default/a"] {
+		t.Errorf("member's own record of a does not hide the inherited one")
+	}
+}
+
+// TestViewRefusesEndlessChains: a corrupt chain ends in an error, not a loop.
+func TestViewRefusesEndlessChains(t *testing.T) {
+	s := &source{templates: chain{"x": "y", "y": "x"}}
+	l := &layers{own: func(string) (records, error) { return nil, nil }, views: map[string]records{}}
+	if _, err := l.view(s, "x", 0); err == nil {
+		t.Fatal("a cycle of templates gave a view")
+	}
+}
