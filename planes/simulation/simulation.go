@@ -25,6 +25,7 @@ import (
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
+	"kplane.dev/kplane/planes/simulation/daemons"
 	"kplane.dev/kplane/planes/simulation/faults"
 	"kplane.dev/kplane/planes/simulation/informers"
 	"kplane.dev/kplane/planes/simulation/kubelet"
@@ -170,10 +171,16 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	daemonSets, err := daemons.New(daemons.Config{Client: s.client, Storage: s.config.Storage,
+		DaemonSets: inf.DaemonSets.Informer(), Nodes: s.provision.Ensure})
+	if err != nil {
+		return err
+	}
 	inf.Start(ctx)
 	if !inf.WaitForSync(ctx) {
 		return ctx.Err()
 	}
+	go daemonSets.Run(ctx)
 	go sched.Run(ctx)
 	go kube.Run(ctx)
 	go binder.Run(ctx)

@@ -40,6 +40,7 @@ type Informers struct {
 	Nodes                  coreinformers.NodeInformer
 	EndpointSlices         discoveryinformers.EndpointSliceInformer
 	PodDisruptionBudgets   policyinformers.PodDisruptionBudgetInformer
+	DaemonSets             appsinformers.DaemonSetInformer
 
 	all []cache.SharedIndexInformer
 	// stages order the informers for a plane's inherited objects: what
@@ -69,14 +70,14 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 		if err != nil {
 			return nil
 		}
-		store := registry.Storage(gr)
-		if store == nil {
-			err = fmt.Errorf("no storage for %s", gr)
+		var inf cache.SharedIndexInformer
+		var src *source
+		inf, src, err = newInformer(registry, gr, k, func(store *planestorage.Store) *source {
+			return newSource(store, k, off, templates)
+		})
+		if err != nil {
 			return nil
 		}
-		src := newSource(store, k, off, templates)
-		inf := cache.NewSharedIndexInformer(src.listerWatcher(), k.object(), 0,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		i.all = append(i.all, inf)
 		built[inf] = src
 		return inf
@@ -95,6 +96,7 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 	i.Services = serviceInformer{build(schema.GroupResource{Resource: "services"}, services)}
 	i.Nodes = nodeInformer{build(schema.GroupResource{Resource: "nodes"}, nodes)}
 	i.EndpointSlices = endpointSliceInformer{build(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, endpointSlices)}
+	i.DaemonSets = daemonSetInformer{build(daemonSetsResource, daemonSets)}
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,8 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 		{i.Nodes.Informer(), i.Pods.Informer(), i.PersistentVolumeClaims.Informer(), i.ControllerRevisions.Informer(),
 			i.EndpointSlices.Informer(), i.Endpoints.Informer()},
 		{i.ReplicaSets.Informer(), i.ReplicationControllers.Informer(), i.Jobs.Informer(), i.Services.Informer()},
-		{i.Deployments.Informer(), i.StatefulSets.Informer(), i.CronJobs.Informer(), i.PodDisruptionBudgets.Informer()},
+		{i.Deployments.Informer(), i.StatefulSets.Informer(), i.CronJobs.Informer(), i.PodDisruptionBudgets.Informer(),
+			i.DaemonSets.Informer()},
 	} {
 		var sources []informerSource
 		for _, inf := range stage {
@@ -123,6 +126,71 @@ func (i *Informers) Start(ctx context.Context) {
 		i.inheriting.ShutDown()
 	}()
 	go i.runInheritance(ctx)
+}
+
+// newInformer builds an informer of resource gr fed by the source made
+// over its storage.
+func newInformer(registry *planestorage.Registry, gr schema.GroupResource, k kind,
+	sourceOf func(*planestorage.Store) *source) (cache.SharedIndexInformer, *source, error) {
+	store := registry.Storage(gr)
+	if store == nil {
+		return nil, nil, fmt.Errorf("no storage for %s", gr)
+	}
+	src := sourceOf(store)
+	inf := cache.NewSharedIndexInformer(src.listerWatcher(), k.object(), 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	return inf, src, nil
+}
+
+var daemonSetsResource = schema.GroupResource{Group: "apps", Resource: "daemonsets"}
+
+// PlaneInformers are informers of one plane's objects, for a controller
+// that cannot share the informers of every plane: upstream's DaemonSet
+// controller lists all the nodes its informer holds and would run a
+// DaemonSet's Pods on every plane's nodes.
+type PlaneInformers struct {
+	DaemonSets          appsinformers.DaemonSetInformer
+	ControllerRevisions appsinformers.ControllerRevisionInformer
+	Pods                coreinformers.PodInformer
+	Nodes               coreinformers.NodeInformer
+
+	all []cache.SharedIndexInformer
+}
+
+// ForPlane builds the informers of plane's DaemonSets and what their
+// controller reads. Their objects carry the plane folded in, as those of
+// the informers of every plane.
+func ForPlane(registry *planestorage.Registry, plane string) (*PlaneInformers, error) {
+	p := &PlaneInformers{}
+	var err error
+	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
+		if err != nil {
+			return nil
+		}
+		var inf cache.SharedIndexInformer
+		inf, _, err = newInformer(registry, gr, k, func(store *planestorage.Store) *source {
+			s := newSource(store, k, nil, nil)
+			s.plane = plane
+			return s
+		})
+		p.all = append(p.all, inf)
+		return inf
+	}
+	p.DaemonSets = daemonSetInformer{build(daemonSetsResource, daemonSets)}
+	p.ControllerRevisions = controllerRevisionInformer{build(schema.GroupResource{Group: "apps", Resource: "controllerrevisions"}, controllerRevisions)}
+	p.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, daemonPods)}
+	p.Nodes = nodeInformer{build(schema.GroupResource{Resource: "nodes"}, nodes)}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Start runs the plane's informers until ctx is done.
+func (p *PlaneInformers) Start(ctx context.Context) {
+	for _, inf := range p.all {
+		go inf.RunWithContext(ctx)
+	}
 }
 
 // InheritanceChanged makes every informer look again at the objects plane
@@ -234,6 +302,13 @@ type nodeInformer struct{ cache.SharedIndexInformer }
 func (n nodeInformer) Informer() cache.SharedIndexInformer { return n.SharedIndexInformer }
 func (n nodeInformer) Lister() corelisters.NodeLister {
 	return corelisters.NewNodeLister(n.GetIndexer())
+}
+
+type daemonSetInformer struct{ cache.SharedIndexInformer }
+
+func (d daemonSetInformer) Informer() cache.SharedIndexInformer { return d.SharedIndexInformer }
+func (d daemonSetInformer) Lister() appslisters.DaemonSetLister {
+	return appslisters.NewDaemonSetLister(d.GetIndexer())
 }
 
 type endpointSliceInformer struct{ cache.SharedIndexInformer }

@@ -7,6 +7,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/kubernetes/pkg/controller/endpoint"
 
@@ -81,13 +82,24 @@ var (
 	pods = kind{
 		object: func() runtime.Object { return &corev1.Pod{} },
 		list:   func() runtime.Object { return &corev1.PodList{} },
+		fold:   foldPod,
+	}
+	// daemonPods are pods for the DaemonSet controller, which finds a
+	// pending Pod's node in its node affinity: the names there are folded
+	// too. (The scheduler matches the affinity against the node's name as
+	// the plane knows it.)
+	daemonPods = kind{
+		object: pods.object,
+		list:   pods.list,
 		fold: func(plane string, obj runtime.Object) {
-			pod := obj.(*corev1.Pod)
-			pod.Namespace = planens.Join(plane, pod.Namespace)
-			if pod.Spec.NodeName != "" {
-				pod.Spec.NodeName = planens.Join(plane, pod.Spec.NodeName)
-			}
+			foldPod(plane, obj)
+			foldNodeNames(plane, obj.(*corev1.Pod))
 		},
+	}
+	daemonSets = kind{
+		object: func() runtime.Object { return &appsv1.DaemonSet{} },
+		list:   func() runtime.Object { return &appsv1.DaemonSetList{} },
+		fold:   foldNamespace,
 	}
 	// services: only those with a selector have endpoints to keep (every
 	// plane's default/kubernetes has none, so an idle plane adds nothing).
@@ -136,6 +148,46 @@ var (
 		},
 	}
 )
+
+func foldPod(plane string, obj runtime.Object) {
+	pod := obj.(*corev1.Pod)
+	pod.Namespace = planens.Join(plane, pod.Namespace)
+	if pod.Spec.NodeName != "" {
+		pod.Spec.NodeName = planens.Join(plane, pod.Spec.NodeName)
+	}
+}
+
+// foldNodeNames folds plane into the node names a pod's required node
+// affinity names (a DaemonSet's pod is bound to its node that way), so
+// that they match the folded nodes. The affinity is the cache's: a copy
+// is folded.
+func foldNodeNames(plane string, pod *corev1.Pod) {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return
+	}
+	named := false
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, field := range term.MatchFields {
+			named = named || field.Key == metav1.ObjectNameField
+		}
+	}
+	if !named {
+		return
+	}
+	a = a.DeepCopy()
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for i, field := range term.MatchFields {
+			if field.Key != metav1.ObjectNameField {
+				continue
+			}
+			for j, name := range field.Values {
+				term.MatchFields[i].Values[j] = planens.Join(plane, name)
+			}
+		}
+	}
+	pod.Spec.Affinity = a
+}
 
 // EndpointSliceManager is the managed-by label value of upstream's
 // EndpointSlice controller.

@@ -55,6 +55,9 @@ type source struct {
 	off func(plane string) bool
 	// templates is nil when no plane is made from a template.
 	templates Templates
+	// plane, when set, scopes the source to one plane: what the plane
+	// serves, its inherited objects included by the storage itself.
+	plane string
 
 	mu sync.Mutex
 	// told holds, per plane and informer key, the objects the informer
@@ -91,6 +94,22 @@ func (s *source) listerWatcher() cache.ListerWatcher {
 	return &cache.ListWatch{ListWithContextFunc: s.list, WatchFuncWithContext: s.watch, DisableChunking: true}
 }
 
+// scope returns ctx addressing the planes the source covers.
+func (s *source) scope(ctx context.Context) context.Context {
+	if s.plane != "" {
+		return planes.WithPlane(ctx, s.plane)
+	}
+	return planes.WithAllPlanes(ctx)
+}
+
+// planeOf returns the plane of a record the source was given.
+func (s *source) planeOf(obj runtime.Object) string {
+	if s.plane != "" {
+		return s.plane
+	}
+	return planes.OfObject(obj)
+}
+
 func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
 	// What is pending now is in the list; what comes after, the watch
 	// looks at.
@@ -98,10 +117,10 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	// Those waiting wait for the list, which holds what they look for.
 	defer answer(looked, nil)
 	internal := s.store.NewList()
-	if err := s.store.GetList(planes.WithAllPlanes(ctx), s.store.ResourcePrefix(), storage.ListOptions{
+	if err := s.store.GetList(s.scope(ctx), s.store.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: "0", Recursive: true, Predicate: storage.Everything,
 	}, internal); err != nil {
-		return nil, fmt.Errorf("listing %s of every plane: %w", s.store.Resource(), err)
+		return nil, fmt.Errorf("listing %s: %w", s.store.Resource(), err)
 	}
 	items, err := meta.ExtractList(internal)
 	if err != nil {
@@ -117,7 +136,7 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 		told[plane][key(obj)] = held{obj: obj, inherited: inherited}
 	}
 	for _, item := range items {
-		plane := planes.OfObject(item)
+		plane := s.planeOf(item)
 		if planestorage.IsTombstone(item) {
 			continue
 		}

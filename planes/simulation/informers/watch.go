@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
-	"kplane.dev/kplane/planes"
 	planestorage "kplane.dev/kplane/planes/storage"
 )
 
@@ -50,7 +49,7 @@ func (s *source) watch(ctx context.Context, opts metav1.ListOptions) (watch.Inte
 	if opts.SendInitialEvents != nil {
 		return nil, fmt.Errorf("a watch of %s of every plane cannot stream its initial list", s.store.Resource())
 	}
-	inner, err := s.store.Watch(planes.WithAllPlanes(ctx), s.store.ResourcePrefix(), storage.ListOptions{
+	inner, err := s.store.Watch(s.scope(ctx), s.store.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: opts.ResourceVersion, Recursive: true, Predicate: storage.Everything,
 		ProgressNotify: opts.AllowWatchBookmarks,
 	})
@@ -180,7 +179,7 @@ func (s *source) event(ctx context.Context, ev watch.Event) (events []watch.Even
 	if c, ok := obj.(runtime.CacheableObject); ok {
 		obj = c.GetObject()
 	}
-	plane := planes.OfObject(obj)
+	plane := s.planeOf(obj)
 	converted, ok := s.convert(obj, plane)
 	if !ok {
 		return nil, false

@@ -4,7 +4,8 @@
 //
 // A request whose path names a folded namespace (or a folded node name) is
 // sent to that plane with the plane removed from the path and from the
-// body's namespace and nodeName fields; the answer gets the plane folded
+// body's namespace and nodeName fields (and the node names of
+// matchFields); the answer gets the plane folded
 // back in, so an object a controller reads back from a write is keyed as
 // the ones its listers hold. Requests that name no plane go to the plane in
 // their context (loopback.Routed) and are refused without one. JSON only:
@@ -21,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	restclient "k8s.io/client-go/rest"
 
@@ -103,7 +105,7 @@ func setBody(req *http.Request, body []byte) {
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
 }
 
-// rewrite applies f to every namespace and nodeName field of a JSON body.
+// rewrite applies f to every namespace and node name of a JSON body.
 func rewrite(r io.ReadCloser, f func(string) string) ([]byte, error) {
 	defer r.Close()
 	raw, err := io.ReadAll(r)
@@ -138,11 +140,33 @@ func walk(v any, f func(string) string) {
 				v[k] = f(s)
 				continue
 			}
+			if k == "matchFields" {
+				nodeNames(child, f)
+				continue
+			}
 			walk(child, f)
 		}
 	case []any:
 		for _, child := range v {
 			walk(child, f)
+		}
+	}
+}
+
+// nodeNames applies f to the node names of a node selector's matchFields
+// (a DaemonSet's Pod names its node there).
+func nodeNames(matchFields any, f func(string) string) {
+	terms, _ := matchFields.([]any)
+	for _, t := range terms {
+		term, _ := t.(map[string]any)
+		if term["key"] != metav1.ObjectNameField {
+			continue
+		}
+		values, _ := term["values"].([]any)
+		for i, v := range values {
+			if s, ok := v.(string); ok {
+				values[i] = f(s)
+			}
 		}
 	}
 }

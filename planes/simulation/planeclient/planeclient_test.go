@@ -90,3 +90,18 @@ func TestDerivedStatusPaths(t *testing.T) {
 		}
 	}
 }
+
+// A DaemonSet's Pod names its node in its required node affinity: the
+// name is unfolded with the namespace and nodeName, other fields are not.
+func TestNodeNamesOfMatchFieldsUnfolded(t *testing.T) {
+	body := `{"metadata":{"namespace":"p|default","labels":{"namespace":"p|x"}},"spec":{"nodeName":"p|kplane-node-1","affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":"In","values":["p|kplane-node-0"]},{"key":"spec.other","operator":"In","values":["p|kept"]}]}]}}}}}`
+	out, err := rewrite(io.NopCloser(strings.NewReader(body)), func(s string) string { return strings.TrimPrefix(s, "p|") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"namespace":"default"`, `"nodeName":"kplane-node-1"`, `"values":["kplane-node-0"]`, `"values":["p|kept"]`, `"namespace":"p|x"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rewritten body lacks %s:\n%s", want, out)
+		}
+	}
+}
