@@ -88,6 +88,21 @@ func memberWorkloadsScenario(binary string, p memberWorkloadsParams) (Result, er
 		return Result{}, fmt.Errorf("scaling: %w", err)
 	}
 	figures["scale_all_available_seconds"] = time.Since(began).Seconds()
+	// A controller that acted on a member before it held what the member
+	// inherits made a ReplicaSet of its own next to the inherited one.
+	var extra sync.Mutex
+	figures["members_with_a_second_replicaset"] = 0
+	if err := eachMember(ctx, s, members, p.Workers, func(ctx context.Context, c kubernetes.Interface) error {
+		list, err := c.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) > 1 {
+			extra.Lock()
+			figures["members_with_a_second_replicaset"]++
+			extra.Unlock()
+		}
+		return err
+	}); err != nil {
+		return Result{}, err
+	}
 	queueFigures(s, figures)
 	return Result{
 		Scenario: "member-workloads",

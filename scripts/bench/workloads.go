@@ -148,11 +148,17 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 // queueFigures records the mean time an item waited in each simulation
 // queue and the retries: where a slow run spent its time.
 func queueFigures(s *server, figures map[string]float64) {
-	for _, q := range []string{"deployment", "replicaset", "kplane_simulation_scheduler", "kplane_simulation_kubelet", "endpoint_slice"} {
+	for _, q := range []string{"deployment", "replicaset", "kplane_simulation_scheduler", "kplane_simulation_kubelet", "endpoint_slice",
+		"kplane_simulation_inheritance"} {
 		sum, err1 := s.metric(`workqueue_queue_duration_seconds_sum{name="` + q + `"}`)
 		count, err2 := s.metric(`workqueue_queue_duration_seconds_count{name="` + q + `"}`)
 		if err1 == nil && err2 == nil && count > 0 {
 			figures["queue_wait_mean_ms_"+q] = sum / count * 1000
+		}
+		sum, err1 = s.metric(`workqueue_work_duration_seconds_sum{name="` + q + `"}`)
+		count, err2 = s.metric(`workqueue_work_duration_seconds_count{name="` + q + `"}`)
+		if err1 == nil && err2 == nil && count > 0 {
+			figures["work_mean_ms_"+q] = sum / count * 1000
 		}
 		if retries, err := s.metric(`workqueue_retries_total{name="` + q + `"}`); err == nil {
 			figures["queue_retries_"+q] = retries

@@ -10,6 +10,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/test/e2e/framework"
@@ -184,4 +186,55 @@ func eventNames(t *testing.T, c kubernetes.Interface) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, " ")
+}
+
+// TestWorkloadsInFreshMembers: members changed the moment they exist,
+// many at once, each still scale the ReplicaSet they inherited: no
+// controller acts on a member before it holds what the member inherits.
+func TestWorkloadsInFreshMembers(t *testing.T) {
+	t.Parallel()
+	s := shared
+	tmpl := uniquePlane(t, "wl-fresh-tmpl")
+	createPlane(t, s, tmpl, "")
+	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=1")
+	rollout(t, s, tmpl, "web")
+	const members = 24
+	names := make([]string, members)
+	for i := range names {
+		names[i] = uniquePlane(t, "wl-fresh")
+	}
+	planes := s.Dynamic(t, "root").Resource(planesGVR)
+	// At once, as an RL harness starting its episodes does: each member is
+	// changed as soon as its Plane is created.
+	errs := make(chan error, members)
+	scale := []byte(`{"spec":{"replicas":2}}`)
+	for _, member := range names {
+		c := s.Client(t, member)
+		go func() {
+			p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+				"metadata": map[string]any{"name": member}, "spec": map[string]any{"template": tmpl}}}
+			if _, err := planes.Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+				errs <- err
+				return
+			}
+			errs <- framework.WaitFor(t.Context(), framework.DefaultTimeout, func(ctx context.Context) error {
+				_, err := c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, scale, metav1.PatchOptions{})
+				return err
+			})
+		}()
+	}
+	for range members {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, member := range names {
+		c := s.Client(t, member)
+		framework.Eventually(t, framework.DefaultTimeout, "member "+member+": 2 pods of its one ReplicaSet", func(ctx context.Context) error {
+			if _, err := runningPods(ctx, c, "default", "app=web", 2, "nginx"); err != nil {
+				return err
+			}
+			return replicaSets(ctx, c, 1)
+		})
+	}
 }

@@ -63,7 +63,8 @@ type informerSource struct {
 // off (nil: none) names the planes whose objects are left out; templates
 // (nil: none) tells which planes inherit a template's objects.
 func New(registry *planestorage.Registry, off func(plane string) bool, templates Templates) (*Informers, error) {
-	i := &Informers{inheriting: workqueue.NewTyped[string](), templates: templates}
+	i := &Informers{templates: templates, inheriting: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
+		Name: "kplane_simulation_inheritance"})}
 	var err error
 	built := map[cache.SharedIndexInformer]*source{}
 	build := func(gr schema.GroupResource, k kind) cache.SharedIndexInformer {
@@ -196,7 +197,17 @@ func (p *PlaneInformers) Start(ctx context.Context) {
 // InheritanceChanged makes every informer look again at the objects plane
 // inherits from a template: it was made from one, or is being deleted.
 // It does not block.
-func (i *Informers) InheritanceChanged(plane string) { i.inheriting.Add(plane) }
+func (i *Informers) InheritanceChanged(plane string) {
+	if i.templates == nil {
+		return
+	}
+	for _, stage := range i.stages {
+		for _, is := range stage {
+			is.source.awaits(plane)
+		}
+	}
+	i.inheriting.Add(plane)
+}
 
 // WaitForSync waits for every informer's first list.
 func (i *Informers) WaitForSync(ctx context.Context) bool {

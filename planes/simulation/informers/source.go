@@ -71,6 +71,9 @@ type source struct {
 	// look at again, with who waits for it; signal wakes it.
 	pending map[string][]chan<- expectation
 	signal  chan struct{}
+	// deferred holds the events of the planes that await a look at what
+	// they inherit (a key with no events: none yet).
+	deferred map[string][]watch.Event
 }
 
 // held is what the informer holds at one key.
@@ -116,6 +119,11 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	looked := s.takePending()
 	// Those waiting wait for the list, which holds what they look for.
 	defer answer(looked, nil)
+	// The list holds what the deferred events told, and what their planes
+	// inherit.
+	s.mu.Lock()
+	s.deferred = nil
+	s.mu.Unlock()
 	internal := s.store.NewList()
 	if err := s.store.GetList(s.scope(ctx), s.store.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: "0", Recursive: true, Predicate: storage.Everything,

@@ -180,6 +180,9 @@ func (s *source) event(ctx context.Context, ev watch.Event) (events []watch.Even
 		obj = c.GetObject()
 	}
 	plane := s.planeOf(obj)
+	if s.deferEvent(plane, ev) {
+		return nil, false
+	}
 	converted, ok := s.convert(obj, plane)
 	if !ok {
 		return nil, false
@@ -215,11 +218,12 @@ func (s *source) reconcile(ctx context.Context, plane string) []watch.Event {
 	if s.templates == nil {
 		return nil
 	}
+	deferred := s.takeDeferred(plane)
 	l := &layers{own: func(p string) (records, error) { return s.ownRecords(ctx, p) }, views: map[string]records{}}
 	want, err := l.inherited(s, plane)
 	if err != nil {
 		logrus.WithError(err).Warnf("simulation: reading what plane %s inherits", plane)
-		return nil
+		return s.replay(ctx, deferred)
 	}
 	held := s.heldBy(plane)
 	var out []watch.Event
@@ -238,6 +242,51 @@ func (s *source) reconcile(ctx context.Context, plane string) []watch.Event {
 		}
 		s.tell(typ, plane, k, obj, true)
 		out = append(out, watch.Event{Type: typ, Object: obj})
+	}
+	return append(out, s.replay(ctx, deferred)...)
+}
+
+// awaits marks plane as about to be looked at again: until then the
+// events of its own records wait, so that no controller hears of a
+// member's change before it holds what the member inherits (its
+// Deployment before the ReplicaSet it inherited).
+func (s *source) awaits(plane string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deferred == nil {
+		s.deferred = map[string][]watch.Event{}
+	}
+	if _, ok := s.deferred[plane]; !ok {
+		s.deferred[plane] = nil
+	}
+}
+
+// deferEvent keeps ev for later and reports true if plane awaits a look.
+func (s *source) deferEvent(plane string, ev watch.Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	events, awaiting := s.deferred[plane]
+	if awaiting {
+		s.deferred[plane] = append(events, ev)
+	}
+	return awaiting
+}
+
+// takeDeferred ends plane's wait and returns the events that waited.
+func (s *source) takeDeferred(plane string) []watch.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	events := s.deferred[plane]
+	delete(s.deferred, plane)
+	return events
+}
+
+// replay converts events that waited, now that their plane was looked at.
+func (s *source) replay(ctx context.Context, events []watch.Event) []watch.Event {
+	var out []watch.Event
+	for _, ev := range events {
+		converted, _ := s.event(ctx, ev)
+		out = append(out, converted...)
 	}
 	return out
 }
