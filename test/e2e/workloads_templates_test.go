@@ -26,9 +26,7 @@ func TestWorkloadsInTemplateMembers(t *testing.T) {
 	t.Parallel()
 	s := shared
 	tmpl := uniquePlane(t, "wl-tmpl")
-	createPlane(t, s, tmpl, "")
-	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=2")
-	rollout(t, s, tmpl, "web")
+	templateRunning(t, s, tmpl, 2)
 	s.MustKubectl(t, tmpl, "", "expose", "deployment/web", "--port=80")
 	ct := s.Client(t, tmpl)
 	framework.Eventually(t, framework.DefaultTimeout, "the template's Service lists its 2 pods", func(ctx context.Context) error {
@@ -122,6 +120,15 @@ func TestWorkloadsInTemplateMembers(t *testing.T) {
 	})
 }
 
+// templateRunning makes plane tmpl, to be a template, with Deployment web
+// of nginx rolled out to replicas Pods.
+func templateRunning(t *testing.T, s *framework.Server, tmpl string, replicas int) {
+	t.Helper()
+	createPlane(t, s, tmpl, "")
+	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", fmt.Sprintf("--replicas=%d", replicas))
+	rollout(t, s, tmpl, "web")
+}
+
 // replicaSets checks that the plane's Deployment web has want ReplicaSets:
 // a controller that did not find an inherited one would make another.
 func replicaSets(ctx context.Context, c kubernetes.Interface, want int) error {
@@ -156,9 +163,7 @@ func TestWorkloadsInTemplateMembersAfterRestart(t *testing.T) {
 	t.Parallel()
 	s := framework.StartServer(t, framework.Options{})
 	tmpl, member := "wl-restart-tmpl", "wl-restart-member"
-	createPlane(t, s, tmpl, "")
-	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=2")
-	rollout(t, s, tmpl, "web")
+	templateRunning(t, s, tmpl, 2)
 	createPlane(t, s, member, tmpl)
 	s.Kill()
 	s.Restart(t)
@@ -195,9 +200,7 @@ func TestWorkloadsInFreshMembers(t *testing.T) {
 	t.Parallel()
 	s := shared
 	tmpl := uniquePlane(t, "wl-fresh-tmpl")
-	createPlane(t, s, tmpl, "")
-	s.MustKubectl(t, tmpl, "", "create", "deployment", "web", "--image=nginx", "--replicas=1")
-	rollout(t, s, tmpl, "web")
+	templateRunning(t, s, tmpl, 1)
 	const members = 24
 	names := make([]string, members)
 	for i := range names {
