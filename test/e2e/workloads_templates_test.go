@@ -76,6 +76,27 @@ func TestWorkloadsInTemplateMembers(t *testing.T) {
 		t.Fatalf("member b has events of its own:\ntemplate: %s\nmember:   %s", tEvents, bEvents)
 	}
 
+	t.Run("a fault in one member", func(t *testing.T) {
+		setFaults(t, s, b, `[{"type": "CrashLoopBackOff", "match": {"image": "nginx"}}]`)
+		framework.Eventually(t, framework.DefaultTimeout, "member b's inherited pods crash-loop", func(ctx context.Context) error {
+			pods, err := cb.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if st := p.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount < 1 {
+					return fmt.Errorf("pod %s: %+v", p.Name, st)
+				}
+			}
+			if len(pods.Items) != 2 {
+				return fmt.Errorf("%d pods", len(pods.Items))
+			}
+			return nil
+		})
+		if _, err := runningPods(t.Context(), ct, "default", "app=web", 2, "nginx"); err != nil {
+			t.Fatalf("the template's pods changed with member b's fault: %v", err)
+		}
+	})
 	t.Run("reset", func(t *testing.T) {
 		if code := resetPlane(t, s, a); code != http.StatusOK {
 			t.Fatalf("reset %s: HTTP %d", a, code)
