@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -94,6 +95,9 @@ type Config struct {
 	// ServerName names this server among those sharing the datastore, in
 	// the reset marks it writes.
 	ServerName string
+	// SoleServer says no other server can share the datastore (SQLite):
+	// no presence to keep, no other server to wait for.
+	SoleServer bool
 }
 
 // state is what the manager knows of one plane.
@@ -162,6 +166,10 @@ type Manager struct {
 	provisioning map[string]map[string]int
 	// inheritanceChanged is told of planes whose Inherits may have changed.
 	inheritanceChanged atomic.Pointer[func(plane string)]
+	// client reaches the root plane (Planes, presence Leases).
+	client dynamic.Interface
+	// running is Run's context, for the work observe starts.
+	running atomic.Pointer[context.Context]
 }
 
 // New returns a manager; Run starts it.
@@ -176,6 +184,7 @@ func New(config Config) (*Manager, error) {
 	m := &Manager{
 		config:       config,
 		planes:       client.Resource(GVR),
+		client:       client,
 		requests:     newTracker(),
 		state:        map[string]*state{planes.Root: {phase: Ready}},
 		dependents:   map[string]map[string]struct{}{},
@@ -222,6 +231,7 @@ func (m *Manager) observe(obj any) {
 	m.mu.Lock()
 	s := m.state[u.GetName()]
 	inheritedBefore := inheritsLocked(s)
+	wasTerminating := s != nil && s.uid == u.GetUID() && s.terminating
 	if s == nil || s.uid != u.GetUID() {
 		s = &state{phase: Pending, uid: u.GetUID()}
 		m.state[u.GetName()] = s
@@ -253,9 +263,13 @@ func (m *Manager) observe(obj any) {
 	}
 	endedElsewhere := m.resetEndedElsewhereLocked(u, s)
 	inheritanceChanged := inheritsLocked(s) != inheritedBefore
+	deletionBegan := s.terminating && !wasTerminating
 	m.mu.Unlock()
 	if inheritanceChanged {
 		m.tellInheritance(u.GetName())
+	}
+	if ctx := m.running.Load(); deletionBegan && ctx != nil && m.queue.Load() == nil && !m.config.SoleServer {
+		go m.drainForDeletion(*ctx, u.GetName(), u.GetUID())
 	}
 	if holdForReset {
 		m.holdForReset(u.GetName())
@@ -456,6 +470,10 @@ func (m *Manager) Informer() cache.SharedIndexInformer { return m.informer }
 // serve them (phases, templates, limits, object counts). The work on them
 // (provisioning, deletion, reset, status) is RunControllers'.
 func (m *Manager) Run(ctx context.Context) {
+	m.running.Store(&ctx)
+	if !m.config.SoleServer {
+		go m.runPresence(ctx)
+	}
 	go m.informer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
 		return
@@ -524,11 +542,18 @@ func (m *Manager) worker(ctx context.Context, q *planeQueue) {
 		if shutdown {
 			return
 		}
-		if err := m.reconcile(ctx, name); err != nil && ctx.Err() == nil {
+		err := m.reconcile(ctx, name)
+		var waiting waitingError
+		switch {
+		case err == nil || ctx.Err() != nil:
+			q.Forget(name)
+		case errors.As(err, &waiting):
+			logrus.WithField("plane", name).Debug(waiting.what)
+			q.Forget(name)
+			q.AddAfter(name, time.Second)
+		default:
 			logrus.WithError(err).WithField("plane", name).Warn("reconciling plane, retrying")
 			q.AddRateLimited(name)
-		} else {
-			q.Forget(name)
 		}
 		q.Done(name)
 	}
@@ -567,7 +592,7 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 			}
 			return nil
 		}
-		return m.finishReset(ctx, name)
+		return m.finishReset(ctx, name, resourceVersionOf(plane))
 	}
 	phase, _, _ := unstructured.NestedString(plane.Object, "status", "phase")
 	if Phase(phase) == Ready {
@@ -768,6 +793,17 @@ func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) 
 	wiped := m.state[name] != nil && m.state[name].wiped == plane.GetUID()
 	m.mu.RUnlock()
 	if !wiped {
+		waiting, err := m.undrained(ctx, plane)
+		if err != nil {
+			return err
+		}
+		if len(waiting) > 0 {
+			if time.Since(plane.GetDeletionTimestamp().Time) < drainTimeout {
+				return waitingError{fmt.Sprintf("deleting plane %s waits for servers %s to finish its requests", name, describeServers(waiting))}
+			}
+			logrus.WithField("plane", name).Warnf("servers %s did not say they finished the plane's requests within %s; deleting its objects anyway",
+				describeServers(waiting), drainTimeout)
+		}
 		began := time.Now()
 		closed, drained := m.requests.close(name)
 		select {

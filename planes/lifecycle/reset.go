@@ -58,14 +58,15 @@ func (m *Manager) Reset(ctx context.Context, plane string) error {
 	}
 	s.resetting = true
 	m.mu.Unlock()
-	if _, err := m.markReset(ctx, plane, true); err != nil {
+	markedAt, err := m.markReset(ctx, plane, true)
+	if err != nil {
 		m.mu.Lock()
 		s.resetting = false
 		m.mu.Unlock()
 		return err
 	}
 	m.holdForReset(plane)
-	return m.finishReset(ctx, plane)
+	return m.finishReset(ctx, plane, markedAt)
 }
 
 var planeResource = schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource}
@@ -135,7 +136,8 @@ func (m *Manager) holdForReset(plane string) *resetHold {
 // finishReset drops the plane's own records (and bootstraps a plane made
 // from nothing again), then lets requests in. It is what a reset does
 // after marking it, and what a restart does for a reset it finds marked.
-func (m *Manager) finishReset(ctx context.Context, plane string) (err error) {
+// markedAt is the resourceVersion of the marked Plane that asked for it.
+func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64) (err error) {
 	m.mu.Lock()
 	s := m.state[plane]
 	if s == nil {
@@ -148,6 +150,12 @@ func (m *Manager) finishReset(ctx context.Context, plane string) (err error) {
 		// plane is reset, whichever call does the work.
 		m.mu.Unlock()
 		return run.wait(ctx)
+	}
+	if markedAt <= s.resetDoneAt {
+		// Finished between the caller's look at the mark and now: a
+		// second wipe would delete what was written since.
+		m.mu.Unlock()
+		return nil
 	}
 	run := &resetRun{done: make(chan struct{})}
 	s.resetRun = run

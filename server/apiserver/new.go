@@ -209,6 +209,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		CopyBootstrap:    !c.config.PlaneBase,
 		MaxPlanesPerUser: c.config.MaxPlanesPerUser,
 		ServerName:       c.config.ServerName,
+		SoleServer:       c.config.SoleServer,
 	})
 	if err != nil {
 		return nil, nil, err
