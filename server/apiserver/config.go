@@ -241,11 +241,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	genericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, _ *genericapiserver.Config) http.Handler {
 		return apiHandler
 	}
-	// Hooks that assume one cluster and have no plane-scoped equivalent.
-	genericConfig.DisabledPostStartHooks.Insert(
-		"start-kube-apiserver-identity-lease-garbage-collector",
-		"start-legacy-token-tracking-controller",
-	)
+	// Hooks that assume one cluster and have no plane-scoped equivalent
+	// (the identity Leases' are off with their feature, features.go).
+	genericConfig.DisabledPostStartHooks.Insert("start-legacy-token-tracking-controller")
 	controlPlane, getters, err := controlPlaneConfig(completed, genericConfig, informers, storageFactory)
 	if err != nil {
 		return CompletedConfig{}, err

@@ -37,6 +37,15 @@ import (
 // writes, and a server stopped before writing its first one logged its
 // removal as an error.
 //
+// APIServerIdentity=false: each server would keep an identity Lease
+// (`apiserver-<hash of the host name>` in the root plane's kube-system),
+// renewed every 10 s, and delete it at shutdown with a 10 s bound. What
+// reads those Leases (the storage version API, the peer proxy above) is
+// off, servers on one host would share one, and kplane keeps its own
+// presence Lease per server (planes/lifecycle). They cost an idle SQLite
+// server a datastore write every 10 s, and a server stopping without
+// quorum waited the delete's 10 s before anything else of its shutdown.
+//
 // SizeBasedListCostEstimate=false: it tracks the size of every key to weigh
 // LIST requests for priority and fairness, which kplane does not run.
 var featureGates = map[string]bool{
@@ -46,6 +55,7 @@ var featureGates = map[string]bool{
 	"ListFromCacheSnapshot":     false,
 	// See above.
 	"UnknownVersionInteroperabilityProxy": false,
+	"APIServerIdentity":                   false,
 }
 
 func setFeatureGates() error {

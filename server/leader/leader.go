@@ -89,8 +89,8 @@ func (e *Elector) Holder() string { return e.holder.Load().(string) }
 // Run campaigns until ctx is done: a lost Lease ends the term (its
 // context is cancelled, and Run waits for it to return) and the server
 // campaigns again. On a graceful stop the Lease is released, so another
-// server takes over at once; Run returns once the Lease is released and
-// the term has returned.
+// server takes over at once; Run returns once the term has returned and
+// the Lease is released (or releaseTimeout has passed).
 func (e *Elector) Run(ctx context.Context) {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, Namespace, e.config.Lease,
 		e.config.Client.CoreV1(), e.config.Client.CoordinationV1(),
@@ -107,16 +107,48 @@ func (e *Elector) Run(ctx context.Context) {
 		e.campaign(ctx, lock)
 	}
 	// client-go runs the term in a goroutine of its own: wait for it (a
-	// term that had yet to start sees its context done and returns).
+	// term that had yet to start sees its context done and returns), so
+	// that the next holder starts only once this term has ended.
 	e.term.Lock()
 	defer e.term.Unlock()
+	e.release(ctx, lock)
+}
+
+// releaseTimeout bounds the release of a Lease at a graceful stop. The
+// release only lets another server take over at once instead of when the
+// Lease expires: a datastore that cannot answer within it (a cluster
+// without quorum) must not hold the stop. client-go's own release waits
+// up to the renew deadline (7 s), and a stopping server waited that long
+// for each of its Leases on a datastore without quorum.
+const releaseTimeout = 2 * time.Second
+
+// release gives the Lease up if it still names this server.
+func (e *Elector) release(ctx context.Context, lock resourcelock.Interface) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	// Get also primes the lock, whose Update writes over what it read.
+	record, _, err := lock.Get(rctx)
+	if err != nil {
+		logrus.WithError(err).WithField("lease", e.config.Lease).Debug("releasing the Lease: not read; it expires instead")
+		return
+	}
+	if record.HolderIdentity != e.config.Identity {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	released := resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, AcquireTime: now, RenewTime: now,
+		LeaderTransitions: record.LeaderTransitions}
+	if err := lock.Update(rctx, released); err != nil {
+		logrus.WithError(err).WithField("lease", e.config.Lease).Debug("releasing the Lease: not written; it expires instead")
+	}
 }
 
 // campaign waits for the Lease and runs one term while it is held.
 func (e *Elector) campaign(ctx context.Context, lock resourcelock.Interface) {
 	t := e.config.Timing
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: e.config.Lease, ReleaseOnCancel: true,
+		// Released by Run, within releaseTimeout.
+		Lock: lock, Name: e.config.Lease, ReleaseOnCancel: false,
 		LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
@@ -183,10 +215,7 @@ func (e *Elector) runSole(ctx context.Context, lock resourcelock.Interface) {
 	logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("sole server on its datastore: starting the work")
 	e.config.Term(ctx)
 	e.leading.Store(false)
-	release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	record.HolderIdentity, record.LeaseDurationSeconds = "", 1
-	_ = lock.Update(release, record)
+	e.release(ctx, lock)
 }
 
 // The Leases of kplane's work, in the root plane's kube-system.

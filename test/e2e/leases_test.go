@@ -465,6 +465,17 @@ func TestSoleServerLeasesWrittenOnce(t *testing.T) {
 	if err := check(ctx); err != nil {
 		t.Fatalf("after provisioning a plane: %v", err)
 	}
+	// No other Lease is kept: an idle sole server renews nothing (no
+	// presence Lease, no apiserver identity Lease written every 10 s).
+	all, err := leases.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range all.Items {
+		if !slices.Contains(controllerLeases, l.Name) {
+			t.Errorf("the sole server keeps Lease %s (held by %v)", l.Name, l.Spec.HolderIdentity)
+		}
+	}
 	s.Kill()
 	s.Restart(t)
 	framework.Eventually(t, 30*time.Second, "the restarted server names itself again", check)
