@@ -817,6 +817,7 @@ func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) 
 		if err != nil {
 			return err
 		}
+		m.config.Storage.ForgetWrites(name)
 		m.config.Bootstrapper.Forget(name)
 		m.mu.Lock()
 		if s := m.state[name]; s != nil {

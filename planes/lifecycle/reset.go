@@ -176,7 +176,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	deleted, err := m.wipe(ctx, plane)
+	deleted, err := m.wipeWritten(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
 	}

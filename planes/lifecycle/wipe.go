@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -21,6 +20,41 @@ import (
 // storage: a deleted plane keeps nothing, whatever finalizers its objects
 // carry. It returns the number of objects deleted.
 func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
+	return m.wipeResources(ctx, plane, func(*planestorage.Store) bool { return true })
+}
+
+// wipeWritten is wipe for a reset: where the plane's writes are tracked
+// (a server alone on its datastore, after the plane's first reset), only
+// the resources it wrote since are listed; the others hold nothing of it.
+// It starts tracking again from nothing.
+func (m *Manager) wipeWritten(ctx context.Context, plane string) (int, error) {
+	if !m.config.SoleServer {
+		return m.wipe(ctx, plane)
+	}
+	written, tracked := m.config.Storage.Written(plane)
+	var deleted int
+	var err error
+	if tracked {
+		deleted, err = m.wipeResources(ctx, plane, func(s *planestorage.Store) bool {
+			_, wrote := written[s.ResourcePrefix()]
+			return wrote
+		})
+	} else {
+		deleted, err = m.wipe(ctx, plane)
+	}
+	if err != nil {
+		// Some records may be left where the next reset would not look.
+		m.config.Storage.ForgetWrites(plane)
+		return deleted, err
+	}
+	// The plane is held: nothing writes to it between the wipe and this.
+	m.config.Storage.TrackWrites(plane)
+	return deleted, nil
+}
+
+// wipeResources deletes plane's own records in the resources that
+// include selects.
+func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool) (int, error) {
 	// Only the plane's own records: a template's objects are not its to delete.
 	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
 	// Custom resources are stored under their CRD's storage, which exists
@@ -38,9 +72,10 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 	// storage of its custom resources, which must be empty by then.
 	var first, last []*planestorage.Store
 	for _, s := range m.config.Storage.Stores() {
-		if !s.Owns(plane) {
-			// Another CRD content's storage of a custom resource: the
-			// plane's objects are deleted through its own.
+		if !s.Owns(plane) || !include(s) {
+			// Another CRD content's storage of a custom resource (the
+			// plane's objects are deleted through its own), or one the
+			// plane did not write.
 			continue
 		}
 		if s.Resource() == crdResource {
@@ -62,35 +97,61 @@ func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
 
 var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
+// wipeStores lists the plane's records in stores, then deletes them, each
+// step wipeParallelism calls at a time: a reset's deletions are most of
+// its time, and one after another they waited for each other's round trip.
 func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store) (int, error) {
-	var total atomic.Int64
+	found := make([][]record, len(stores))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
-	for _, s := range stores {
+	for i, s := range stores {
 		g.Go(func() error {
-			n, err := wipeStore(gctx, s)
-			total.Add(int64(n))
+			records, err := listRecords(gctx, s)
 			if err != nil {
-				return fmt.Errorf("deleting %s of plane %s: %w", s.Resource(), plane, err)
+				return fmt.Errorf("listing %s of plane %s: %w", s.Resource(), plane, err)
 			}
+			found[i] = records
 			return nil
 		})
 	}
-	err := g.Wait()
-	return int(total.Load()), err
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(wipeParallelism)
+	n := 0
+	for _, records := range found {
+		for _, r := range records {
+			n++
+			g.Go(func() error {
+				err := r.store.Delete(gctx, r.key, r.store.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+				if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("deleting %s %s of plane %s: %w", r.store.Resource(), r.key, plane, err)
+				}
+				return nil
+			})
+		}
+	}
+	return n, g.Wait()
 }
 
 // wipeParallelism bounds the datastore calls one plane deletion has in
 // flight, so that deleting many planes at once leaves room for the rest.
 const wipeParallelism = 8
 
-func wipeStore(ctx context.Context, s *planestorage.Store) (int, error) {
+// record is one stored object of a plane, by its storage key.
+type record struct {
+	store *planestorage.Store
+	key   string
+}
+
+func listRecords(ctx context.Context, s *planestorage.Store) ([]record, error) {
 	list := s.NewList()
 	// A consistent read: what the datastore holds, not what a cache has seen.
 	if err := s.GetList(ctx, s.ResourcePrefix(), storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	var records []record
 	err := meta.EachListItem(list, func(obj runtime.Object) error {
 		accessor, err := meta.Accessor(obj)
 		if err != nil {
@@ -100,12 +161,8 @@ func wipeStore(ctx context.Context, s *planestorage.Store) (int, error) {
 		if ns := accessor.GetNamespace(); ns != "" {
 			key = s.ResourcePrefix() + "/" + ns + "/" + accessor.GetName()
 		}
-		err = s.Delete(ctx, key, s.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
-		if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
-			return err
-		}
-		n++
+		records = append(records, record{store: s, key: key})
 		return nil
 	})
-	return n, err
+	return records, err
 }

@@ -26,6 +26,7 @@ func (s *Store) CopyLayer(ctx context.Context, from, to string, rev uint64) (int
 	if err != nil {
 		return 0, fmt.Errorf("reading %s of plane %s at revision %d: %w", s.resource, from, rev, err)
 	}
+	s.registry.noteWrite(to, s.resourcePrefix)
 	for key, obj := range records {
 		// Read at an exact revision, the records come from the datastore,
 		// not a cache: they are this call's to change.

@@ -50,6 +50,8 @@ type Registry struct {
 	layers atomic.Pointer[Layers]
 	// guard holds planes to their limits; set once by the server.
 	guard atomic.Pointer[WriteGuard]
+	// written is where tracked planes have records of their own.
+	written writtenResources
 }
 
 // ContentResolver returns the content key of plane's CRD for a custom

@@ -108,7 +108,7 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if err != nil {
 		return err
 	}
-	if err := s.registry.writable(s.resource, plane); err != nil {
+	if err := s.writable(plane); err != nil {
 		return err
 	}
 	if err := markWrite(obj, plane, ""); err != nil {
@@ -134,7 +134,7 @@ func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, prec
 	if err != nil {
 		return err
 	}
-	if err := s.registry.writable(s.resource, plane); err != nil {
+	if err := s.writable(plane); err != nil {
 		return err
 	}
 	if chain := s.layered(ctx, plane); len(chain) > 0 {
@@ -193,7 +193,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err != nil {
 		return err
 	}
-	if err := s.registry.writable(s.resource, plane); err != nil {
+	if err := s.writable(plane); err != nil {
 		return err
 	}
 	tryUpdate = s.guardUpdate(ctx, plane, key, tryUpdate)
@@ -253,4 +253,14 @@ func (s *Store) Writable(ctx context.Context) error {
 		return err
 	}
 	return s.registry.writable(s.resource, plane)
+}
+
+// writable checks that plane may write this resource, and notes that it
+// does for the planes whose writes are tracked.
+func (s *Store) writable(plane string) error {
+	if err := s.registry.writable(s.resource, plane); err != nil {
+		return err
+	}
+	s.registry.noteWrite(plane, s.resourcePrefix)
+	return nil
 }
