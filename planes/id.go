@@ -2,6 +2,7 @@ package planes
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -60,3 +61,18 @@ const BaseAnnotation = "kplane.dev/base"
 
 // IsBase reports whether id is a base plane.
 func IsBase(id string) bool { return strings.HasPrefix(id, BasePrefix) }
+
+// namesShown is how many names a message lists before it counts the rest.
+const namesShown = 5
+
+// DescribeNames lists names for a message, sorted, the first few in full
+// and the rest as a count ("a, b, c, d, e and 3 more"): a template with
+// a thousand members, or many servers, must not make a message of them
+// all.
+func DescribeNames(names []string) string {
+	sorted := slices.Sorted(slices.Values(names))
+	if len(sorted) <= namesShown {
+		return strings.Join(sorted, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(sorted[:namesShown], ", "), len(sorted)-namesShown)
+}

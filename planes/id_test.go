@@ -33,3 +33,18 @@ func TestContext(t *testing.T) {
 		t.Fatal("an empty plane id must not count as a plane")
 	}
 }
+
+func TestDescribeNames(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"b", "a"}, "a, b"},
+		{[]string{"g", "f", "e", "d", "c", "b", "a"}, "a, b, c, d, e and 2 more"},
+	} {
+		if got := DescribeNames(c.names); got != c.want {
+			t.Errorf("DescribeNames(%v) = %q, want %q", c.names, got, c.want)
+		}
+	}
+}

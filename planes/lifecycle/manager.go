@@ -268,7 +268,7 @@ func (m *Manager) observe(obj any) {
 	if inheritanceChanged {
 		m.tellInheritance(u.GetName())
 	}
-	if ctx := m.running.Load(); deletionBegan && ctx != nil && m.queue.Load() == nil && !m.config.SoleServer {
+	if ctx := m.running.Load(); deletionBegan && ctx != nil && !m.config.SoleServer {
 		go m.drainForDeletion(*ctx, u.GetName(), u.GetUID())
 	}
 	if holdForReset {

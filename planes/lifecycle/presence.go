@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"kplane.dev/kplane/planes"
 )
 
 // A plane's deletion must not wipe its objects while another server still
@@ -129,9 +130,11 @@ func (m *Manager) undrained(ctx context.Context, plane *unstructured.Unstructure
 	return out, nil
 }
 
-// drainForDeletion, on a server that does not run the lifecycle, refuses
-// the plane's new requests, waits for those in flight and says so on the
-// Plane.
+// drainForDeletion refuses the plane's new requests, waits for those in
+// flight and says so on the Plane. The lifecycle's holder does it too:
+// it does not wait for its own mark, but a holder that loses the
+// lifecycle mid-deletion is one of the servers the next holder waits for,
+// and without the mark that deletion waited the full drain timeout.
 func (m *Manager) drainForDeletion(ctx context.Context, plane string, uid types.UID) {
 	_, drained := m.requests.close(plane)
 	select {
@@ -170,4 +173,4 @@ type waitingError struct{ what string }
 
 func (e waitingError) Error() string { return e.what }
 
-func describeServers(names []string) string { return strings.Join(names, ", ") }
+func describeServers(names []string) string { return planes.DescribeNames(names) }

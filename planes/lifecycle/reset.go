@@ -176,10 +176,12 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	wipeBegan := time.Now()
 	deleted, err := m.wipeWritten(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
 	}
+	wiped := time.Since(wipeBegan)
 	for _, f := range m.config.Forget {
 		f.ForgetPlane(plane)
 	}
@@ -203,7 +205,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	delete(m.held, plane)
 	m.mu.Unlock()
 	h.release()
-	logrus.WithFields(logrus.Fields{"plane": plane, "records": deleted,
+	logrus.WithFields(logrus.Fields{"plane": plane, "records": deleted, "wipe": wiped.Round(time.Microsecond).String(),
 		"took": time.Since(began).Round(time.Microsecond).String()}).Info("plane reset")
 	return nil
 }

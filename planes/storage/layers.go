@@ -3,13 +3,13 @@ package storage
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kplane.dev/kplane/planes"
 )
 
 // LayerAnnotation marks the records of a plane's own layer that are not
@@ -98,13 +98,7 @@ func (r *Registry) writable(resource schema.GroupResource, plane string) error {
 }
 
 func describePlanes(names []string) string {
-	sorted := append([]string(nil), names...)
-	sort.Strings(sorted)
-	const shown = 5
-	if len(sorted) <= shown {
-		return "plane(s) " + strings.Join(sorted, ", ")
-	}
-	return fmt.Sprintf("planes %s and %d more", strings.Join(sorted[:shown], ", "), len(sorted)-shown)
+	return "plane(s) " + planes.DescribeNames(names)
 }
 
 type ownLayerKey struct{}

@@ -28,6 +28,8 @@ type scenariosParams struct {
 	CopyMembers int
 	// Changes a member makes before each of Resets resets.
 	Changes, Resets int
+	// Old is an earlier binary whose resets are measured the same way.
+	Old string
 }
 
 // scenariosScenario measures planes as layers side by side with the
@@ -68,6 +70,19 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 	if err := resets(ctx, s, root, p, figures); err != nil {
 		return Result{}, err
 	}
+	// Stopped (again by the defer, harmlessly) so that the old binary's
+	// server has the cores to itself.
+	s.stop()
+	if p.Old != "" {
+		// Side by side, each binary on a server of its own: the template
+		// and the member that is reset, nothing else.
+		if err := resetsAlone(binary, "", p, figures); err != nil {
+			return Result{}, err
+		}
+		if err := resetsAlone(p.Old, "old_", p, figures); err != nil {
+			return Result{}, fmt.Errorf("the old binary's resets: %w", err)
+		}
+	}
 	return Result{
 		Scenario: "scenarios",
 		Params: map[string]any{"objects": p.Objects, "members": p.Members, "copy_members": p.CopyMembers,
@@ -76,7 +91,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		Notes: []string{
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
-			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects.",
+			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
 			"The template holds ConfigMaps, Secrets, ServiceAccounts, Roles and RoleBindings in one namespace (no custom resources yet).",
 		},
 	}, nil
@@ -241,17 +256,11 @@ func resets(ctx context.Context, s *server, root dynamic.Interface, p scenariosP
 	if err != nil {
 		return err
 	}
-	var layered, copied []time.Duration
-	for round := range p.Resets {
-		if err := changeConfigMaps(ctx, c, p.Changes, round); err != nil {
-			return err
-		}
-		began := time.Now()
-		if err := postPlaneReset(ctx, s, "ep-0000"); err != nil {
-			return err
-		}
-		layered = append(layered, time.Since(began))
+	layered, err := memberResets(ctx, s, c, "ep-0000", p)
+	if err != nil {
+		return err
 	}
+	var copied []time.Duration
 	for round := range min(p.Resets, 5) {
 		began := time.Now()
 		name := "copy-0"
@@ -276,6 +285,67 @@ func resets(ctx context.Context, s *server, root dynamic.Interface, p scenariosP
 	}
 	fmt.Printf("   scenarios: reset p50 %.0f ms p99 %.0f ms; delete + re-create + re-apply p50 %.0f ms\n",
 		figures["reset_p50_ms"], figures["reset_p99_ms"], figures["copy_reset_p50_ms"])
+	return nil
+}
+
+// memberResets resets plane, a member of the template, p.Resets times,
+// each after p.Changes changes, and returns how long each reset took.
+func memberResets(ctx context.Context, s *server, c kubernetes.Interface, plane string, p scenariosParams) ([]time.Duration, error) {
+	var took []time.Duration
+	for round := range p.Resets {
+		if err := changeConfigMaps(ctx, c, p.Changes, round); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		if err := postPlaneReset(ctx, s, plane); err != nil {
+			return nil, err
+		}
+		took = append(took, time.Since(began))
+	}
+	return took, nil
+}
+
+// resetsAlone measures the resets of memberResets on a server of its own
+// holding only the template and one member, and writes them as
+// <prefix>reset_alone_*.
+func resetsAlone(binary, prefix string, p scenariosParams, figures map[string]float64) error {
+	s, err := startServer(binary)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := dynamic.NewForConfig(s.config("root"))
+	if err != nil {
+		return err
+	}
+	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
+		return err
+	}
+	tc, err := s.client("scenario")
+	if err != nil {
+		return err
+	}
+	if err := fillScenario(ctx, tc, p.Objects); err != nil {
+		return fmt.Errorf("filling the template: %w", err)
+	}
+	if err := createBenchPlane(ctx, s, root, "ep-0000", "scenario"); err != nil {
+		return err
+	}
+	c, err := s.client("ep-0000")
+	if err != nil {
+		return err
+	}
+	took, err := memberResets(ctx, s, c, "ep-0000", p)
+	if err != nil {
+		return err
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	figures[prefix+"reset_alone_p50_ms"] = ms(percentile(took, 0.5))
+	figures[prefix+"reset_alone_p99_ms"] = ms(percentile(took, 0.99))
+	fmt.Printf("   scenarios: %sreset of the one member of a server p50 %.0f ms p99 %.0f ms\n", prefix,
+		figures[prefix+"reset_alone_p50_ms"], figures[prefix+"reset_alone_p99_ms"])
 	return nil
 }
 
