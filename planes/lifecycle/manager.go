@@ -272,7 +272,10 @@ func (m *Manager) observe(obj any) {
 		go m.drainForDeletion(*ctx, u.GetName(), u.GetUID())
 	}
 	if holdForReset {
-		m.holdForReset(u.GetName())
+		h := m.holdForReset(u.GetName())
+		if ctx := m.running.Load(); ctx != nil && !m.config.SoleServer {
+			go m.ackResetHold(*ctx, u.GetName(), u.GetUID(), u.GetAnnotations()[ResetAnnotation], h.idle)
+		}
 	}
 	if endedElsewhere {
 		m.releaseResetHold(u.GetName(), resourceVersionOf(u))

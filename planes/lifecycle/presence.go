@@ -144,10 +144,16 @@ func (m *Manager) drainForDeletion(ctx context.Context, plane string, uid types.
 	case <-ctx.Done():
 		return
 	}
-	// The uid makes the patch fail (422) on a Plane of the same name made
-	// after this one.
+	m.tellPlane(ctx, plane, uid, DrainedAnnotationPrefix+serverKey(m.config.ServerName), m.config.ServerName,
+		"telling the plane's deletion this server drained it")
+}
+
+// tellPlane sets annotation to value on the Plane, retried with a
+// back-off. The uid makes the patch fail (422) on a Plane of the same name
+// made after this one.
+func (m *Manager) tellPlane(ctx context.Context, plane string, uid types.UID, annotation, value, what string) {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid,
-		"annotations": map[string]string{DrainedAnnotationPrefix + serverKey(m.config.ServerName): m.config.ServerName}}})
+		"annotations": map[string]string{annotation: value}}})
 	if err != nil {
 		return
 	}
@@ -158,12 +164,12 @@ func (m *Manager) drainForDeletion(ctx context.Context, plane string, uid types.
 			case err == nil, apierrors.IsNotFound(err), apierrors.IsInvalid(err):
 				return true, nil
 			default:
-				logrus.WithError(err).WithField("plane", plane).Debug("telling the plane's deletion this server drained it")
+				logrus.WithError(err).WithField("plane", plane).Debug(what)
 				return false, nil
 			}
 		})
 	if err != nil && ctx.Err() == nil {
-		logrus.WithError(err).WithField("plane", plane).Warn("could not tell the plane's deletion this server drained it")
+		logrus.WithError(err).WithField("plane", plane).Warn("could not finish " + what)
 	}
 }
 

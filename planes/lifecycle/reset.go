@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 
 	"kplane.dev/kplane/planes"
@@ -33,6 +34,14 @@ const ResetAnnotation = "kplane.dev/resetting"
 // before the plane lifecycle's holder finishes it (its server died in the
 // middle): the drain of the plane's requests and then some.
 const resetTakeover = drainTimeout + 30*time.Second
+
+// HeldAnnotationPrefix followed by a server's key, on a Plane being
+// reset, says that server holds the plane's requests for the reset named
+// by its value (the reset mark) and has none in flight. The server that
+// resets waits for it from every present server before it touches a
+// record: a server that had not yet seen the mark served requests on the
+// half-reset plane.
+const HeldAnnotationPrefix = "reset-held.kplane.dev/"
 
 // ResetRevisionAnnotation on a Plane is the datastore revision at which its
 // last reset ended: watches from an older resourceVersion answer 410, so
@@ -177,6 +186,9 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 		return ctx.Err()
 	}
 	wipeBegan := time.Now()
+	if err := m.awaitResetHolds(ctx, plane); err != nil {
+		return err
+	}
 	deleted, err := m.wipeWritten(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
@@ -208,6 +220,57 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	logrus.WithFields(logrus.Fields{"plane": plane, "records": deleted, "wipe": wiped.Round(time.Microsecond).String(),
 		"took": time.Since(began).Round(time.Microsecond).String()}).Info("plane reset")
 	return nil
+}
+
+// ackResetHold, on a server that holds a plane for another server's
+// reset, says so on the Plane once its requests to the plane have ended.
+func (m *Manager) ackResetHold(ctx context.Context, plane string, uid types.UID, mark string, idle <-chan struct{}) {
+	select {
+	case <-idle:
+	case <-time.After(drainTimeout):
+		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; telling the plane's reset to go on", drainTimeout)
+	case <-ctx.Done():
+		return
+	}
+	m.tellPlane(ctx, plane, uid, HeldAnnotationPrefix+serverKey(m.config.ServerName), mark,
+		"telling the plane's reset this server holds it")
+}
+
+// awaitResetHolds waits until every other present server holds plane for
+// the reset marked on its Plane, or drainTimeout has passed (a server
+// that cannot say so, the reset goes on as a deletion does).
+func (m *Manager) awaitResetHolds(ctx context.Context, plane string) error {
+	if m.config.SoleServer {
+		return nil
+	}
+	deadline := time.Now().Add(drainTimeout)
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		u, err := m.planes.Get(ctx, plane, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("reading the Plane of reset plane %s: %w", plane, err)
+		}
+		mark := u.GetAnnotations()[ResetAnnotation]
+		if mark == "" {
+			return true, nil
+		}
+		present, err := m.presentServers(ctx)
+		if err != nil {
+			logrus.WithError(err).WithField("plane", plane).Debug("reset waits for the servers' holds")
+			return false, nil
+		}
+		var waiting []string
+		for _, server := range present {
+			if u.GetAnnotations()[HeldAnnotationPrefix+serverKey(server)] != mark {
+				waiting = append(waiting, server)
+			}
+		}
+		if len(waiting) > 0 && time.Now().After(deadline) {
+			logrus.WithField("plane", plane).Warnf("servers %s did not say they hold the plane within %s; resetting it anyway",
+				describeServers(waiting), drainTimeout)
+			return true, nil
+		}
+		return len(waiting) == 0, nil
+	})
 }
 
 // markReset writes (or removes) ResetAnnotation on the plane's Plane and
