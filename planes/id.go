@@ -76,3 +76,9 @@ func DescribeNames(names []string) string {
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(sorted[:namesShown], ", "), len(sorted)-namesShown)
 }
+
+// AdminServiceAccount is the ServiceAccount, in a plane's kube-system, whose
+// tokens `kplane kubeconfig` hands out; a ClusterRoleBinding of the same
+// name makes it cluster-admin inside its plane. It is the plane's access,
+// not its state: a reset keeps it.
+const AdminServiceAccount = "kplane-admin"

@@ -189,7 +189,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	if err := m.awaitResetHolds(ctx, plane); err != nil {
 		return err
 	}
-	deleted, err := m.wipeWritten(ctx, plane)
+	deleted, err := m.wipeForReset(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
 	}

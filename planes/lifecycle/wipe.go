@@ -8,9 +8,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/kubernetes/pkg/apis/rbac"
 
 	"kplane.dev/kplane/planes"
 	planestorage "kplane.dev/kplane/planes/storage"
@@ -20,28 +22,28 @@ import (
 // storage: a deleted plane keeps nothing, whatever finalizers its objects
 // carry. It returns the number of objects deleted.
 func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
-	return m.wipeResources(ctx, plane, func(*planestorage.Store) bool { return true })
+	return m.wipeResources(ctx, plane, func(*planestorage.Store) bool { return true }, nil)
 }
 
-// wipeWritten is wipe for a reset: where the plane's writes are tracked
-// (a server alone on its datastore, after the plane's first reset), only
-// the resources it wrote since are listed; the others hold nothing of it.
-// It starts tracking again from nothing.
-func (m *Manager) wipeWritten(ctx context.Context, plane string) (int, error) {
+// wipeForReset is wipe for a reset: it keeps the plane's access
+// (keptByReset), and where the plane's writes are tracked (a server alone
+// on its datastore, after the plane's first reset) it lists only the
+// resources the plane wrote since; the others hold nothing of it. It
+// starts tracking again from nothing.
+func (m *Manager) wipeForReset(ctx context.Context, plane string) (int, error) {
+	all := func(*planestorage.Store) bool { return true }
 	if !m.config.SoleServer {
-		return m.wipe(ctx, plane)
+		return m.wipeResources(ctx, plane, all, keptByReset)
 	}
 	written, tracked := m.config.Storage.Written(plane)
-	var deleted int
-	var err error
+	include := all
 	if tracked {
-		deleted, err = m.wipeResources(ctx, plane, func(s *planestorage.Store) bool {
+		include = func(s *planestorage.Store) bool {
 			_, wrote := written[s.ResourcePrefix()]
 			return wrote
-		})
-	} else {
-		deleted, err = m.wipe(ctx, plane)
+		}
 	}
+	deleted, err := m.wipeResources(ctx, plane, include, keptByReset)
 	if err != nil {
 		// Some records may be left where the next reset would not look.
 		m.config.Storage.ForgetWrites(plane)
@@ -53,8 +55,8 @@ func (m *Manager) wipeWritten(ctx context.Context, plane string) (int, error) {
 }
 
 // wipeResources deletes plane's own records in the resources that
-// include selects.
-func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool) (int, error) {
+// include selects, but those keep (when set) says to keep.
+func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool, keep keepFunc) (int, error) {
 	// Only the plane's own records: a template's objects are not its to delete.
 	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
 	// Custom resources are stored under their CRD's storage, which exists
@@ -86,7 +88,7 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 	}
 	var total int
 	for _, stores := range [][]*planestorage.Store{first, last} {
-		n, err := wipeStores(pctx, plane, stores)
+		n, err := wipeStores(pctx, plane, stores, keep)
 		total += n
 		if err != nil {
 			return total, err
@@ -100,13 +102,13 @@ var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: 
 // wipeStores lists the plane's records in stores, then deletes them, each
 // step wipeParallelism calls at a time: a reset's deletions are most of
 // its time, and one after another they waited for each other's round trip.
-func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store) (int, error) {
+func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc) (int, error) {
 	found := make([][]record, len(stores))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
 	for i, s := range stores {
 		g.Go(func() error {
-			records, err := listRecords(gctx, s)
+			records, err := listRecords(gctx, s, keep)
 			if err != nil {
 				return fmt.Errorf("listing %s of plane %s: %w", s.Resource(), plane, err)
 			}
@@ -145,7 +147,7 @@ type record struct {
 	key   string
 }
 
-func listRecords(ctx context.Context, s *planestorage.Store) ([]record, error) {
+func listRecords(ctx context.Context, s *planestorage.Store, keep keepFunc) ([]record, error) {
 	list := s.NewList()
 	// A consistent read: what the datastore holds, not what a cache has seen.
 	if err := s.GetList(ctx, s.ResourcePrefix(), storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
@@ -157,6 +159,9 @@ func listRecords(ctx context.Context, s *planestorage.Store) ([]record, error) {
 		if err != nil {
 			return err
 		}
+		if keep != nil && keep(s.Resource(), obj) {
+			return nil
+		}
 		key := s.ResourcePrefix() + "/" + accessor.GetName()
 		if ns := accessor.GetNamespace(); ns != "" {
 			key = s.ResourcePrefix() + "/" + ns + "/" + accessor.GetName()
@@ -165,4 +170,36 @@ func listRecords(ctx context.Context, s *planestorage.Store) ([]record, error) {
 		return nil
 	})
 	return records, err
+}
+
+// keepFunc says which of a plane's records a wipe leaves.
+type keepFunc func(schema.GroupResource, runtime.Object) bool
+
+var (
+	serviceAccountsResource     = schema.GroupResource{Resource: "serviceaccounts"}
+	clusterRoleBindingsResource = schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}
+)
+
+// keptByReset is the plane's own admin credential (`kplane kubeconfig`):
+// its ServiceAccount, whose uid the handed-out tokens are bound to, and
+// its cluster-admin binding as `kplane kubeconfig` made it. Without them
+// a kubeconfig given to an agent stopped working at the first reset of
+// its plane. A binding an episode changed is not the one that was handed
+// out: it goes, as the episode's other changes do (the next
+// `kplane kubeconfig` makes it again).
+func keptByReset(resource schema.GroupResource, obj runtime.Object) bool {
+	accessor, err := meta.Accessor(obj)
+	if err != nil || accessor.GetName() != planes.AdminServiceAccount {
+		return false
+	}
+	switch resource {
+	case serviceAccountsResource:
+		return accessor.GetNamespace() == metav1.NamespaceSystem
+	case clusterRoleBindingsResource:
+		binding, ok := obj.(*rbac.ClusterRoleBinding)
+		return ok && binding.RoleRef == rbac.RoleRef{APIGroup: rbac.GroupName, Kind: "ClusterRole", Name: "cluster-admin"} &&
+			len(binding.Subjects) == 1 && binding.Subjects[0] == rbac.Subject{Kind: rbac.ServiceAccountKind,
+			Name: planes.AdminServiceAccount, Namespace: metav1.NamespaceSystem}
+	}
+	return false
 }

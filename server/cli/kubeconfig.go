@@ -20,7 +20,7 @@ import (
 
 // planeAdmin is the service account whose tokens `kplane kubeconfig` hands
 // out: cluster-admin inside its plane, nothing anywhere else.
-const planeAdmin = "kplane-admin"
+const planeAdmin = planes.AdminServiceAccount
 
 // KubeconfigCommand is `kplane kubeconfig <id>`.
 func KubeconfigCommand() *cli.Command {

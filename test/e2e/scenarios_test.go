@@ -973,3 +973,45 @@ func TestMemberServiceIPs(t *testing.T) {
 		t.Fatal("the member allocated a seventh address from a range of six")
 	}
 }
+
+// TestResetKeepsPlaneCredential: a kubeconfig `kplane kubeconfig` handed
+// out for a plane (to an agent, say) works across the plane's resets; the
+// episode's own objects go, and a binding the episode widened goes too.
+func TestResetKeepsPlaneCredential(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	plane := uniquePlane(t, "rs-cred")
+	createPlane(t, s, plane, "")
+	c := clientWithToken(t, s, plane, planeToken(t, s, plane))
+	for episode := 1; episode <= 2; episode++ {
+		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "episode"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("episode %d, through the handed-out credential: %v", episode, err)
+		}
+		if code := resetPlane(t, s, plane); code != http.StatusOK {
+			t.Fatalf("episode %d: reset: HTTP %d", episode, code)
+		}
+		if _, err := c.CoreV1().ConfigMaps("default").Get(ctx, "episode", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("after reset %d, through the handed-out credential: %v, want 404", episode, err)
+		}
+	}
+	// An episode that widens the binding does not carry it into the next.
+	widen := []byte(`[{"op":"add","path":"/subjects/-","value":{"kind":"Group","apiGroup":"rbac.authorization.k8s.io","name":"system:serviceaccounts"}}]`)
+	if _, err := c.RbacV1().ClusterRoleBindings().Patch(ctx, "kplane-admin", types.JSONPatchType, widen, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code := resetPlane(t, s, plane); code != http.StatusOK {
+		t.Fatalf("reset: HTTP %d", code)
+	}
+	if _, err := s.Client(t, plane).RbacV1().ClusterRoleBindings().Get(ctx, "kplane-admin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the widened binding after the reset: %v, want 404", err)
+	}
+	if _, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the credential without its binding: %v, want 403", err)
+	}
+	// `kplane kubeconfig` makes the binding again.
+	c = clientWithToken(t, s, plane, planeToken(t, s, plane))
+	if _, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
