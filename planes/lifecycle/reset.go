@@ -185,10 +185,10 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	wipeBegan := time.Now()
 	if err := m.awaitResetHolds(ctx, plane); err != nil {
 		return err
 	}
+	wipeBegan := time.Now()
 	deleted, err := m.wipeForReset(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)

@@ -51,15 +51,8 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		return Result{}, err
 	}
 	figures := map[string]float64{}
-	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
+	if err := scenarioTemplate(ctx, s, root, p.Objects); err != nil {
 		return Result{}, err
-	}
-	tc, err := s.client("scenario")
-	if err != nil {
-		return Result{}, err
-	}
-	if err := fillScenario(ctx, tc, p.Objects); err != nil {
-		return Result{}, fmt.Errorf("filling the template: %w", err)
 	}
 	if err := layeredMembers(ctx, s, root, p, figures); err != nil {
 		return Result{}, err
@@ -95,6 +88,22 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 			"The template holds ConfigMaps, Secrets, ServiceAccounts, Roles and RoleBindings in one namespace (no custom resources yet).",
 		},
 	}, nil
+}
+
+// scenarioTemplate makes plane "scenario", the template, with objects
+// objects.
+func scenarioTemplate(ctx context.Context, s *server, root dynamic.Interface, objects int) error {
+	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
+		return err
+	}
+	tc, err := s.client("scenario")
+	if err != nil {
+		return err
+	}
+	if err := fillScenario(ctx, tc, objects); err != nil {
+		return fmt.Errorf("filling the template: %w", err)
+	}
+	return nil
 }
 
 // createBenchPlane creates a Plane (from template when set) and waits
@@ -320,15 +329,8 @@ func resetsAlone(binary, prefix string, p scenariosParams, figures map[string]fl
 	if err != nil {
 		return err
 	}
-	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
+	if err := scenarioTemplate(ctx, s, root, p.Objects); err != nil {
 		return err
-	}
-	tc, err := s.client("scenario")
-	if err != nil {
-		return err
-	}
-	if err := fillScenario(ctx, tc, p.Objects); err != nil {
-		return fmt.Errorf("filling the template: %w", err)
 	}
 	if err := createBenchPlane(ctx, s, root, "ep-0000", "scenario"); err != nil {
 		return err
