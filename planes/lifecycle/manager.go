@@ -809,11 +809,7 @@ func (m *Manager) delete(ctx context.Context, plane *unstructured.Unstructured) 
 		}
 		began := time.Now()
 		closed, drained := m.requests.close(name)
-		select {
-		case <-drained:
-		case <-time.After(drainTimeout):
-			logrus.WithField("plane", name).Warnf("requests still in flight after %s; deleting the plane's objects anyway", drainTimeout)
-		case <-ctx.Done():
+		if !awaitDrained(ctx, name, drained, "deleting the plane's objects anyway") {
 			return ctx.Err()
 		}
 		deleted, err := m.wipe(ctx, name)

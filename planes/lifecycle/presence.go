@@ -137,11 +137,7 @@ func (m *Manager) undrained(ctx context.Context, plane *unstructured.Unstructure
 // and without the mark that deletion waited the full drain timeout.
 func (m *Manager) drainForDeletion(ctx context.Context, plane string, uid types.UID) {
 	_, drained := m.requests.close(plane)
-	select {
-	case <-drained:
-	case <-time.After(drainTimeout):
-		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; telling the plane's deletion to go on", drainTimeout)
-	case <-ctx.Done():
+	if !awaitDrained(ctx, plane, drained, "telling the plane's deletion to go on") {
 		return
 	}
 	m.tellPlane(ctx, plane, uid, DrainedAnnotationPrefix+serverKey(m.config.ServerName), m.config.ServerName,

@@ -178,11 +178,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	}()
 	h := m.holdForReset(plane)
 	began := time.Now()
-	select {
-	case <-h.idle:
-	case <-time.After(drainTimeout):
-		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; resetting the plane anyway", drainTimeout)
-	case <-ctx.Done():
+	if !awaitDrained(ctx, plane, h.idle, "resetting the plane anyway") {
 		return ctx.Err()
 	}
 	if err := m.awaitResetHolds(ctx, plane); err != nil {
@@ -225,11 +221,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 // ackResetHold, on a server that holds a plane for another server's
 // reset, says so on the Plane once its requests to the plane have ended.
 func (m *Manager) ackResetHold(ctx context.Context, plane string, uid types.UID, mark string, idle <-chan struct{}) {
-	select {
-	case <-idle:
-	case <-time.After(drainTimeout):
-		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; telling the plane's reset to go on", drainTimeout)
-	case <-ctx.Done():
+	if !awaitDrained(ctx, plane, idle, "telling the plane's reset to go on") {
 		return
 	}
 	m.tellPlane(ctx, plane, uid, HeldAnnotationPrefix+serverKey(m.config.ServerName), mark,

@@ -3,6 +3,9 @@ package lifecycle
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // tracker counts the requests in flight per plane. Deleting a plane closes
@@ -187,4 +190,19 @@ func (t *tracker) watches(plane string) int {
 		return len(p.watches)
 	}
 	return 0
+}
+
+// awaitDrained waits until drained is closed (the plane's requests in
+// flight have ended), at most drainTimeout: past it, it warns that
+// requests are still in flight and that the caller goes on anyway. It
+// reports false when ctx ended first.
+func awaitDrained(ctx context.Context, plane string, drained <-chan struct{}, anyway string) bool {
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout):
+		logrus.WithField("plane", plane).Warnf("requests still in flight after %s; %s", drainTimeout, anyway)
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
