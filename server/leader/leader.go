@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,18 +130,28 @@ func (e *Elector) release(ctx context.Context, lock resourcelock.Interface) {
 	// Get also primes the lock, whose Update writes over what it read.
 	record, _, err := lock.Get(rctx)
 	if err != nil {
-		logrus.WithError(err).WithField("lease", e.config.Lease).Debug("releasing the Lease: not read; it expires instead")
+		e.releaseFailed(err)
 		return
 	}
 	if record.HolderIdentity != e.config.Identity {
 		return
 	}
-	now := metav1.NewTime(time.Now())
-	released := resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, AcquireTime: now, RenewTime: now,
-		LeaderTransitions: record.LeaderTransitions}
-	if err := lock.Update(rctx, released); err != nil {
-		logrus.WithError(err).WithField("lease", e.config.Lease).Debug("releasing the Lease: not written; it expires instead")
+	if err := lock.Update(rctx, releasedRecord(*record)); err != nil {
+		e.releaseFailed(err)
 	}
+}
+
+// releasedRecord names no holder, and expires at once.
+func releasedRecord(held resourcelock.LeaderElectionRecord) resourcelock.LeaderElectionRecord {
+	now := metav1.NewTime(time.Now())
+	return resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, AcquireTime: now, RenewTime: now,
+		LeaderTransitions: held.LeaderTransitions}
+}
+
+// releaseFailed is said at warning level: another server now waits for
+// the Lease to expire before it takes the work over.
+func (e *Elector) releaseFailed(err error) {
+	logrus.WithError(err).WithField("lease", e.config.Lease).Warn("the Lease was not released at the stop; it expires instead")
 }
 
 // campaign waits for the Lease and runs one term while it is held.
@@ -185,13 +196,44 @@ const soleLease = 1 << 30 * time.Second
 
 // runSole runs the work of a server alone on its datastore: the Lease is
 // written once (so that `kplane planes list` and the metrics name the
-// holder), and released when the server stops.
+// holder), and released when the server stops. The work starts at once:
+// nothing else can run it, and the Lease, written while the root plane
+// starts, only names this server.
 func (e *Elector) runSole(ctx context.Context, lock resourcelock.Interface) {
+	e.holder.Store(e.config.Identity)
+	e.leading.Store(true)
+	logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("sole server on its datastore: starting the work")
+	written := make(chan resourcelock.LeaderElectionRecord, 1)
+	go func() {
+		defer close(written)
+		if record, ok := e.writeSoleLease(ctx, lock); ok {
+			written <- record
+		}
+	}()
+	e.config.Term(ctx)
+	e.leading.Store(false)
+	record, ok := <-written
+	if !ok {
+		return
+	}
+	// Nothing else writes a sole server's Lease: the lock still holds
+	// what was written, and one write gives it up.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := lock.Update(rctx, releasedRecord(record)); err != nil {
+		e.releaseFailed(err)
+	}
+}
+
+// writeSoleLease names this server in the Lease, retrying (the root
+// plane's kube-system may not exist yet on a loaded machine's first
+// start) until it is written or ctx is done.
+func (e *Elector) writeSoleLease(ctx context.Context, lock resourcelock.Interface) (resourcelock.LeaderElectionRecord, bool) {
 	now := metav1.NewTime(time.Now())
 	record := resourcelock.LeaderElectionRecord{HolderIdentity: e.config.Identity,
 		LeaseDurationSeconds: int(soleLease / time.Second), AcquireTime: now, RenewTime: now}
-	// Retried while the root plane starts.
-	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 2 * time.Second}
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 2 * time.Second}
+	attempts := 0
 	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
 		old, _, err := lock.Get(ctx)
 		switch {
@@ -201,21 +243,12 @@ func (e *Elector) runSole(ctx context.Context, lock resourcelock.Interface) {
 			record.LeaderTransitions = old.LeaderTransitions
 			err = lock.Update(ctx, record)
 		}
-		if err != nil {
-			logrus.WithError(err).WithField("lease", e.config.Lease).Debug("writing the sole server's Lease; retrying")
+		if attempts++; err != nil && attempts == 10 {
+			logrus.WithError(err).WithField("lease", e.config.Lease).Warn("the Lease does not name this server yet; retrying")
 		}
 		return err == nil, nil
 	})
-	if err != nil {
-		// The work runs all the same: nothing else can run it.
-		logrus.WithError(err).WithField("lease", e.config.Lease).Warn("the Lease does not name this server")
-	}
-	e.holder.Store(e.config.Identity)
-	e.leading.Store(true)
-	logrus.WithFields(logrus.Fields{"lease": e.config.Lease, "server": e.config.Identity}).Info("sole server on its datastore: starting the work")
-	e.config.Term(ctx)
-	e.leading.Store(false)
-	e.release(ctx, lock)
+	return record, err == nil
 }
 
 // The Leases of kplane's work, in the root plane's kube-system.
