@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	kplanesqlite "kplane.dev/kplane/datastore/sqlite"
 )
 
 // Config configures one kine instance.
@@ -86,7 +89,9 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 		}
-		dsn = withoutNeedlessVacuum(dsn, path)
+		// Served by kplane's SQLite backend: kine's, with its statements
+		// kept prepared.
+		dsn = kplanesqlite.Scheme + "://" + strings.TrimPrefix(withoutNeedlessVacuum(dsn, path), "sqlite://")
 	}
 	listener := "unix://" + filepath.Join(cfg.SocketDir, "kine.sock")
 	if len(listener) > maxSocketPath {

@@ -1,0 +1,187 @@
+//go:build !cgo
+
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/k3s-io/kine/pkg/drivers/generic"
+)
+
+func openTestDB(t *testing.T) *sql.DB {
+	t.Helper()
+	dsn, err := moderncDSN(filepath.Join(t.TempDir(), "test.db"), "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&cache=shared&_stmt_cache_size=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := open(dsn, generic.ConnectionPoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TABLE kv (name TEXT PRIMARY KEY, value INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// The same statement asked for while its rows are still open (one
+// transaction, one connection) gets a statement of its own; both read
+// what they should.
+func TestStatementInUseIsNotShared(t *testing.T) {
+	db := openTestDB(t)
+	for i := range 3 {
+		if _, err := db.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprint("k", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	const q = `SELECT name, value FROM kv WHERE value >= ? ORDER BY name`
+	outer, err := tx.Query(q, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for outer.Next() {
+		var name string
+		var value int
+		if err := outer.Scan(&name, &value); err != nil {
+			t.Fatal(err)
+		}
+		var inner int
+		if err := tx.QueryRow(`SELECT COUNT(*) FROM kv WHERE value >= ?`, value).Scan(&inner); err != nil {
+			t.Fatal(err)
+		}
+		innerRows, err := tx.Query(q, value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for innerRows.Next() {
+			n++
+		}
+		innerRows.Close()
+		if n != inner || n != 3-value {
+			t.Errorf("at %s: the same query nested read %d rows, want %d", name, n, 3-value)
+		}
+		names = append(names, name)
+	}
+	if err := outer.Err(); err != nil {
+		t.Fatal(err)
+	}
+	outer.Close()
+	if fmt.Sprint(names) != "[k0 k1 k2]" {
+		t.Errorf("outer query read %v", names)
+	}
+}
+
+// More distinct statements than a connection keeps: the evicted ones are
+// closed, and each still answers right when run again.
+func TestManyStatements(t *testing.T) {
+	db := openTestDB(t)
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`INSERT INTO kv(name, value) VALUES('a', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for i := range 3 * maxStatements {
+			var got int
+			if err := db.QueryRow(fmt.Sprintf(`SELECT value + %d FROM kv WHERE name = ?`, i), "a").Scan(&got); err != nil {
+				t.Fatalf("round %d, statement %d: %v", round, i, err)
+			}
+			if got != 1+i {
+				t.Fatalf("round %d, statement %d: got %d", round, i, got)
+			}
+		}
+	}
+}
+
+// Writers and readers on many connections at once, as kine runs them.
+func TestConcurrentWritesAndReads(t *testing.T) {
+	db := openTestDB(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, name, i); err != nil {
+					tx.Rollback()
+					errs <- err
+					return
+				}
+				if err := tx.Commit(); err != nil {
+					errs <- err
+					return
+				}
+				var got int
+				if err := db.QueryRow(`SELECT value FROM kv WHERE name = ?`, name).Scan(&got); err != nil || got != i {
+					errs <- fmt.Errorf("%s read back %d (%v)", name, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != 400 {
+		t.Errorf("%d rows (%v), want 400", n, err)
+	}
+}
+
+func TestModerncDSN(t *testing.T) {
+	dsn, err := moderncDSN("/data/db/state.db", "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_stmt_cache_size=20&cache=shared&_kine_disable_startup_vacuum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "file:///data/db/state.db?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	if dsn != want {
+		t.Errorf("got  %s\nwant %s", dsn, want)
+	}
+	if _, err := moderncDSN("x", "%zz"); err == nil {
+		t.Error("a malformed query was accepted")
+	}
+}
+
+// The connections the statement cache opens run with kine's settings:
+// WAL (a committed write survives kill -9), synchronous NORMAL, kine's
+// busy timeout.
+func TestConnectionsHaveKineSettings(t *testing.T) {
+	db := openTestDB(t)
+	db.SetMaxOpenConns(3)
+	for range 3 {
+		var journal string
+		var synchronous, busy int
+		if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&journal); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(`PRAGMA synchronous`).Scan(&synchronous); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(`PRAGMA busy_timeout`).Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if journal != "wal" || synchronous != 1 || busy != 30000 {
+			t.Errorf("journal_mode %s, synchronous %d, busy_timeout %d; want wal, 1 (NORMAL), 30000", journal, synchronous, busy)
+		}
+	}
+}
