@@ -17,6 +17,9 @@ type plainPlanesParams struct {
 	// BaseOnly skips the copying server (for counts it would take long
 	// to reach).
 	BaseOnly bool
+	// Old is an earlier binary whose base planes are measured the same
+	// way (old_base_*).
+	Old string
 }
 
 // plainPlanesScenario measures new planes made from nothing on a server
@@ -36,12 +39,17 @@ func plainPlanesScenario(binary string, p plainPlanesParams) (Result, error) {
 			return Result{}, fmt.Errorf("%s: %w", mode.flag, err)
 		}
 	}
+	if p.Old != "" {
+		if err := plainPlanes(p.Old, p, modes[0].flag, "old_"+modes[0].prefix, figures); err != nil {
+			return Result{}, fmt.Errorf("the old binary: %w", err)
+		}
+	}
 	return Result{
 		Scenario: "plain-planes",
-		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "base_only": p.BaseOnly, "datastore": "sqlite"},
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "base_only": p.BaseOnly, "old_binary": p.Old != "", "datastore": "sqlite"},
 		Figures:  figures,
 		Notes: []string{
-			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way).",
+			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way); old_base_*: --old-binary's default server, measured the same way after the others.",
 			"create_to_served: POST the Plane in root, then GET namespace default in the plane until it answers (a request to a plane still being provisioned waits for it).",
 			"revisions_per_plane: datastore revisions (one per record written) while the planes were made, divided by planes; the Plane object and its status included.",
 		},
