@@ -333,6 +333,15 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			if err := waitForRootCRDs(ctx, s.loopback); err != nil {
 				return err
 			}
+			// The Plane informers list from the watch caches once these
+			// hold the stored Planes. Listed earlier, the informers' paged
+			// lists of a cache still filling went to the datastore
+			// (upstream's KEP-4568) and decoded every stored Plane a
+			// second time.
+			if err := s.customResources.EnsureStorages(ctx, planes.Root); err != nil {
+				return err
+			}
+			waitForWatchCaches(ctx, c.storage.Stores())
 			// Runs past the hook: started on the hook's context.
 			work.Go(hook, s.planes.Run)
 			return waitFor(ctx, s.planes.HasSynced)
