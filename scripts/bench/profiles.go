@@ -42,11 +42,7 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 		if t.profile != "" {
 			args = []string{"--profile", t.profile}
 		}
-		stored := p.Stored
-		if t.prefix == "old_" {
-			stored = nil
-		}
-		if err := measureProfile(t.binary, args, stored, p.Workers, t.prefix, figures); err != nil {
+		if err := measureProfile(t.binary, args, p.Stored, p.Workers, t.prefix, figures); err != nil {
 			return Result{}, fmt.Errorf("%s%s: %w", t.prefix, t.profile, err)
 		}
 	}
@@ -55,7 +51,7 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 		Params:   map[string]any{"stored": p.Stored, "workers": p.Workers, "old_binary": p.Old != "", "datastore": "sqlite"},
 		Figures:  figures,
 		Notes: []string{
-			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's empty server, default flags.",
+			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's server, default flags, measured the same way.",
 			"empty_*: a new data dir, read 5 s after /readyz answered ok and a forced GC. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
 			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
 			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
