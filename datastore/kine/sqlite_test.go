@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // kine over SQLite, served by kplane's backend (statements kept prepared):
@@ -19,21 +20,8 @@ func TestSQLiteWritesReadBackAcrossRestart(t *testing.T) {
 	ctx := context.Background()
 	run := func(f func(client *clientv3.Client)) {
 		t.Helper()
-		kctx, cancel := context.WithCancel(ctx)
-		k, err := Listen(kctx, Config{Endpoint: endpoint, SocketDir: dir})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		defer func() {
-			k.StopServing()
-			cancel()
-			k.Wait()
-		}()
-		client, err := clientv3.New(clientv3.Config{Endpoints: k.Endpoints, DialTimeout: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, stop := startTestKine(t, Config{Endpoint: endpoint, SocketDir: dir}, grpcServer())
+		defer stop()
 		defer client.Close()
 		f(client)
 	}
@@ -83,4 +71,27 @@ func TestSQLiteWritesReadBackAcrossRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startTestKine starts kine on server with cfg and connects an etcd
+// client to it; stop stops kine and waits for it.
+func startTestKine(t *testing.T, cfg Config, server *grpc.Server) (client *clientv3.Client, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	k, err := listen(ctx, cfg, server)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	stop = func() {
+		k.StopServing()
+		cancel()
+		k.Wait()
+	}
+	client, err = clientv3.New(clientv3.Config{Endpoints: k.Endpoints, DialTimeout: 10 * time.Second})
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	return client, stop
 }

@@ -26,22 +26,10 @@ func TestClosedWatchStreamEndsItsWatchesFirst(t *testing.T) {
 	const watches = 50
 	observer := &watchStreamObserver{handlerDone: make(chan struct{})}
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	k, err := listen(ctx, Config{Endpoint: SQLiteEndpoint(filepath.Join(dir, "db", "state.db")), SocketDir: dir},
+	client, stop := startTestKine(t, Config{Endpoint: SQLiteEndpoint(filepath.Join(dir, "db", "state.db")), SocketDir: dir},
 		grpcServer(observer.intercept))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		k.StopServing()
-		cancel()
-		k.Wait()
-	})
-	client, err := clientv3.New(clientv3.Config{Endpoints: k.Endpoints, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(stop)
+	ctx := context.Background()
 	for i := range watches {
 		ch := client.Watch(ctx, fmt.Sprintf("/registry/kind%d/", i), clientv3.WithPrefix(),
 			clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
