@@ -244,6 +244,8 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	// Hooks that assume one cluster and have no plane-scoped equivalent
 	// (the identity Leases' are off with their feature, features.go).
 	genericConfig.DisabledPostStartHooks.Insert("start-legacy-token-tracking-controller")
+	// Run as in-process work instead (authinfo.go).
+	genericConfig.DisabledPostStartHooks.Insert(clusterAuthenticationInfoHook)
 	controlPlane, getters, err := controlPlaneConfig(completed, genericConfig, informers, storageFactory)
 	if err != nil {
 		return CompletedConfig{}, err

@@ -115,6 +115,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := c.addPostStartHooks(generic, started); err != nil {
 		return nil, err
 	}
+	if err := c.addClusterAuthenticationInfo(generic, started); err != nil {
+		return nil, err
+	}
 	// Storages the registries built and never released (the custom
 	// resources' handlers release theirs only when a CRD goes) are
 	// destroyed with the server: their watches would otherwise hold an

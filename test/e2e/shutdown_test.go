@@ -119,6 +119,16 @@ func TestStopEndsInProcessWorkFirst(t *testing.T) {
 	if strings.Contains(log, "apiserver is shutting down") {
 		t.Errorf("a request was refused during the stop:\n%s", linesWith(log, "apiserver is shutting down"))
 	}
+	// Every in-process informer has stopped before the pre-shutdown hooks
+	// complete: one still running re-watches when the stop ends its watch,
+	// and is refused as above if the server has stopped accepting by then
+	// (upstream's cluster authentication trust controller did, now and then).
+	const hooksDone = "pre-shutdown hooks completed"
+	if at := strings.Index(log, hooksDone); at < 0 {
+		t.Errorf("the log does not say %q", hooksDone)
+	} else if late := linesWith(log[at:], "Stopping reflector"); late != "" {
+		t.Errorf("in-process informers stopped after the pre-shutdown hooks:\n%s", late)
+	}
 	for _, name := range controllerLeases {
 		released := false
 		for _, line := range strings.Split(linesWith(log, "/leases/"+name+" "), "\n") {
