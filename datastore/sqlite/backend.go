@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/k3s-io/kine/pkg/drivers"
 	"github.com/k3s-io/kine/pkg/drivers/generic"
@@ -68,7 +69,7 @@ func open(dsn string, pool generic.ConnectionPoolConfig) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(statementCache{base})
+	db := sql.OpenDB(statementCache{Connector: base, gate: newWriteGate(writeWaitLimit)})
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, err
@@ -83,6 +84,10 @@ func open(dsn string, pool generic.ConnectionPoolConfig) (*sql.DB, error) {
 	db.SetConnMaxIdleTime(pool.MaxIdleTime)
 	return db, nil
 }
+
+// writeWaitLimit bounds a wait for the write gate as kine's busy timeout
+// (30 s) bounded a wait for SQLite's lock.
+const writeWaitLimit = 30 * time.Second
 
 // defaultMaxIdle is kine's: database/sql keeps 2, kine's load wants more.
 const defaultMaxIdle = 20

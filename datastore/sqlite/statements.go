@@ -11,8 +11,11 @@ import (
 )
 
 // statementCache opens connections that keep the statements they run
-// prepared (cachingConn).
-type statementCache struct{ driver.Connector }
+// prepared (cachingConn) and write one at a time (writeGate).
+type statementCache struct {
+	driver.Connector
+	gate *writeGate
+}
 
 // Connect implements driver.Connector.
 func (c statementCache) Connect(ctx context.Context) (driver.Conn, error) {
@@ -20,7 +23,7 @@ func (c statementCache) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCachingConn(conn)
+	return newCachingConn(conn, c.gate)
 }
 
 // maxStatements bounds the statements one connection keeps. kine runs
@@ -50,6 +53,9 @@ type baseConn interface {
 type cachingConn struct {
 	baseConn
 	statements *lru.Cache // SQL -> *cachedStatement
+	gate       *writeGate
+	// inTx is set while a transaction of the connection holds the gate.
+	inTx bool
 }
 
 var (
@@ -57,13 +63,13 @@ var (
 	_ interface{ Unwrap() driver.Conn } = (*cachingConn)(nil)
 )
 
-func newCachingConn(conn driver.Conn) (*cachingConn, error) {
+func newCachingConn(conn driver.Conn, gate *writeGate) (*cachingConn, error) {
 	base, ok := conn.(baseConn)
 	if !ok {
 		conn.Close()
 		return nil, errors.New("the SQLite driver's connection lacks the interfaces the statement cache forwards")
 	}
-	c := &cachingConn{baseConn: base}
+	c := &cachingConn{baseConn: base, gate: gate}
 	c.statements = lru.NewWithEvictionFunc(maxStatements, func(_ lru.Key, value any) {
 		value.(*cachedStatement).evict()
 	})
@@ -121,6 +127,11 @@ func (c *cachingConn) acquire(ctx context.Context, query string) (driver.Stmt, f
 
 // ExecContext implements driver.ExecerContext through a kept statement.
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	leave, err := c.enterFor(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	stmt, release, err := c.acquire(ctx, query)
 	if err != nil {
 		return nil, err
@@ -130,22 +141,30 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 // QueryContext implements driver.QueryerContext through a kept statement,
-// held until the rows are closed.
+// held (with the write gate, for a query that writes) until the rows are
+// closed.
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	leave, err := c.enterFor(ctx, query)
+	if err != nil {
+		return nil, err
+	}
 	stmt, release, err := c.acquire(ctx, query)
 	if err != nil {
+		leave()
 		return nil, err
 	}
 	rows, err := stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 	if err != nil {
 		release()
+		leave()
 		return nil, err
 	}
-	return &heldRows{Rows: rows, release: release}, nil
+	return &heldRows{Rows: rows, release: func() { release(); leave() }}, nil
 }
 
 // Close closes the kept statements, then the connection.
 func (c *cachingConn) Close() error {
+	c.endTx()
 	c.statements.Clear()
 	return c.baseConn.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/k3s-io/kine/pkg/drivers/generic"
 )
@@ -182,6 +183,116 @@ func TestConnectionsHaveKineSettings(t *testing.T) {
 		}
 		if journal != "wal" || synchronous != 1 || busy != 30000 {
 			t.Errorf("journal_mode %s, synchronous %d, busy_timeout %d; want wal, 1 (NORMAL), 30000", journal, synchronous, busy)
+		}
+	}
+}
+
+// openTestDBWithoutBusyWait is openTestDB with SQLite's busy timeout at
+// zero: a writer that finds the database locked fails at once instead of
+// sleeping and retrying, so only the write gate keeps writers apart.
+func openTestDBWithoutBusyWait(t *testing.T) *sql.DB {
+	t.Helper()
+	dsn, err := moderncDSN(filepath.Join(t.TempDir(), "test.db"), "_journal_mode=WAL&_busy_timeout=0&_synchronous=NORMAL&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := open(dsn, generic.ConnectionPoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TABLE kv (name TEXT PRIMARY KEY, value INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// Eight writers at once, in transactions and in single statements, never
+// find SQLite's write lock taken: they wait for one another at the gate.
+// Without it, the first collision fails with "database is locked".
+func TestWritersTakeTurnsAtTheGate(t *testing.T) {
+	db := openTestDBWithoutBusyWait(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					errs <- fmt.Errorf("begin: %w", err)
+					return
+				}
+				if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprintf("tx%d-%d", w, i), i); err != nil {
+					tx.Rollback()
+					errs <- fmt.Errorf("insert in a transaction: %w", err)
+					return
+				}
+				if err := tx.Commit(); err != nil {
+					errs <- fmt.Errorf("commit: %w", err)
+					return
+				}
+				if _, err := db.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprintf("st%d-%d", w, i), i); err != nil {
+					errs <- fmt.Errorf("insert: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != 800 {
+		t.Errorf("%d rows (%v), want 800", n, err)
+	}
+}
+
+// While a transaction holds the gate, reads go on, and a write that cannot
+// wait (its context ends) fails with an error instead of hanging.
+func TestGateHoldsWritesOnly(t *testing.T) {
+	db := openTestDB(t)
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES('held', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("a read beside the open transaction: %d rows (%v), want 0", n, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := db.ExecContext(short, `INSERT INTO kv(name, value) VALUES('blocked', 1)`); err == nil {
+		t.Error("a write passed the gate a transaction holds")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO kv(name, value) VALUES('after', 1)`); err != nil {
+		t.Errorf("a write after the transaction ended: %v", err)
+	}
+}
+
+func TestWritesClassifiesStatements(t *testing.T) {
+	for query, want := range map[string]bool{
+		"SELECT 1":                           false,
+		"\n\t  select name FROM kine":        false,
+		"(SELECT 1) UNION (SELECT 2)":        false,
+		"INSERT INTO kine VALUES(1)":         true,
+		"DELETE FROM kine WHERE id = 1":      true,
+		"PRAGMA wal_checkpoint(TRUNCATE)":    true,
+		"WITH x AS (SELECT 1) DELETE FROM k": true,
+		"":                                   true,
+	} {
+		if got := writes(query); got != want {
+			t.Errorf("writes(%q) = %v, want %v", query, got, want)
 		}
 	}
 }

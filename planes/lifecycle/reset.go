@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
 )
@@ -266,28 +267,77 @@ func (m *Manager) awaitResetHolds(ctx context.Context, plane string) error {
 }
 
 // markReset writes (or removes) ResetAnnotation on the plane's Plane and
-// returns the Plane's new resourceVersion.
+// returns the Plane's new resourceVersion. The mark is written straight to
+// the Plane's storage: it is the server's own bookkeeping, and the same
+// patch through the API (authentication, admission, schema coercion,
+// managed fields) took 4-6 ms of each mark, twice per reset.
 func (m *Manager) markReset(ctx context.Context, plane string, on bool) (uint64, error) {
-	annotations := map[string]any{ResetAnnotation: nil}
+	annotations := map[string]*string{ResetAnnotation: nil}
 	if on {
-		annotations[ResetAnnotation] = resetMark{at: time.Now(), server: m.config.ServerName}.String()
+		mark := resetMark{at: time.Now(), server: m.config.ServerName}.String()
+		annotations[ResetAnnotation] = &mark
 	} else {
 		rv, err := m.currentRevision(ctx)
 		if err != nil {
 			return 0, err
 		}
-		annotations[ResetRevisionAnnotation] = strconv.FormatUint(rv, 10)
+		revision := strconv.FormatUint(rv, 10)
+		annotations[ResetRevisionAnnotation] = &revision
 	}
+	rv, err := m.annotatePlane(ctx, plane, annotations)
+	if err != nil {
+		return 0, fmt.Errorf("marking the reset of plane %s: %w", plane, err)
+	}
+	return rv, nil
+}
+
+// annotatePlane sets (or, for nil, removes) annotations of plane's Plane in
+// its storage and returns the Plane's new resourceVersion. Without a
+// storage for Planes (not built yet) it patches through the API.
+func (m *Manager) annotatePlane(ctx context.Context, plane string, annotations map[string]*string) (uint64, error) {
+	store := m.config.Storage.StorageFor(planes.Root, planeResource)
+	if store == nil {
+		return m.patchAnnotations(ctx, plane, annotations)
+	}
+	out := &unstructured.Unstructured{}
+	set := func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		u, ok := input.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil, fmt.Errorf("the Plane's storage holds a %T", input)
+		}
+		u = u.DeepCopy()
+		kept := u.GetAnnotations()
+		if kept == nil {
+			kept = map[string]string{}
+		}
+		for k, v := range annotations {
+			if v == nil {
+				delete(kept, k)
+			} else {
+				kept[k] = *v
+			}
+		}
+		u.SetAnnotations(kept)
+		return u, nil, nil
+	}
+	key := store.ResourcePrefix() + "/" + plane
+	if err := store.GuaranteedUpdate(planes.WithPlane(ctx, planes.Root), key, out, false, nil, set, nil); err != nil {
+		return 0, err
+	}
+	return resourceVersionOf(out), nil
+}
+
+// patchAnnotations is annotatePlane through the API.
+func (m *Manager) patchAnnotations(ctx context.Context, plane string, annotations map[string]*string) (uint64, error) {
 	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return 0, err
 	}
 	patched, err := m.planes.Patch(ctx, plane, types.MergePatchType, data, metav1.PatchOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("marking the reset of plane %s: %w", plane, err)
+		return 0, err
 	}
-	rv, _ := strconv.ParseUint(patched.GetResourceVersion(), 10, 64)
-	return rv, nil
+	return resourceVersionOf(patched), nil
 }
 
 // unfinishedResetLocked reports whether Plane u says a reset was begun and

@@ -194,7 +194,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 	case "member-workloads":
 		res, err = memberWorkloadsScenario(bin, memberWorkloadsParams{Members: *f.fleetReplicas, Workers: *f.workers, Bootstrap: *f.bootstrap})
 	case "plain-planes":
-		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary})
+		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary, ProfileDir: *f.profileDir})
 	case "quota":
 		res, err = quotaScenario(bin, quotaParams{Creates: *f.quotaCreates, Deletes: *f.quotaDeletes})
 	case "policies":

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,9 @@ type plainPlanesParams struct {
 	// Old is an earlier binary whose base planes are measured the same
 	// way (old_base_*).
 	Old string
+	// ProfileDir, if set, receives a CPU profile of each server over its
+	// first 5 s of plane creation.
+	ProfileDir string
 }
 
 // plainPlanesScenario measures new planes made from nothing on a server
@@ -84,11 +89,23 @@ func plainPlanes(binary string, p plainPlanesParams, flag, prefix string, figure
 	for i := range names {
 		names[i] = fmt.Sprintf("plain-%05d", i)
 	}
+	var cpuProfile chan error
+	if p.ProfileDir != "" {
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "plain-planes-"+strings.Trim(prefix, "_")+"-cpu.pprof"), 5*time.Second)
+		}()
+	}
 	served, took, err := forEach(names, p.Workers, func(ctx context.Context, name string) error {
 		return createAndServe(ctx, s, root, name)
 	})
 	if err != nil {
 		return err
+	}
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			return err
+		}
 	}
 	// Listing every Plane is no 2 ms poll.
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
