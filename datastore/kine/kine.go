@@ -1,6 +1,8 @@
 // Package kine runs kine in-process: an etcd API served over a SQL
 // database (SQLite by default, PostgreSQL or MySQL), reachable only through
-// a unix socket in the data directory.
+// a unix socket in the data directory. kine's server and backends serve;
+// kplane starts them itself (serve) so that only these three backends are
+// linked.
 package kine
 
 import (
@@ -13,9 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/k3s-io/kine/pkg/drivers"
 	"github.com/k3s-io/kine/pkg/drivers/generic"
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
-	"github.com/k3s-io/kine/pkg/endpoint"
 	"github.com/k3s-io/kine/pkg/tls"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -99,39 +101,41 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 		listener = "tcp://127.0.0.1:0"
 	}
 	wg := &sync.WaitGroup{}
-	config := endpoint.Config{
-		GRPCServer:           server,
-		Listener:             listener,
-		Endpoint:             dsn,
-		WaitGroup:            wg,
-		BackendTLSConfig:     tls.Config{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile},
-		ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
-		NotifyInterval:       5 * time.Second,
-		EmulatedETCDVersion:  emulatedEtcdVersion,
-		// kine compacts only when the apiserver asks (its compactor,
-		// --etcd-compaction-interval, through the etcd API), and then up to
-		// the revision the apiserver saw one interval before: that interval
-		// is what keeps the history watch caches and continue tokens need,
-		// as on etcd. kine's own guard, never compacting the newest 1,000
-		// revisions, would keep a continue token valid forever on a quiet
-		// server (the apiserver writes one revision per interval).
-		CompactInterval:   0,
-		CompactTimeout:    5 * time.Second,
-		CompactMinRetain:  0,
-		CompactBatchSize:  1000,
-		PollBatchSize:     500,
-		PollInterval:      time.Second,
-		MetricsRegisterer: cfg.Metrics,
+	config := serveConfig{
+		Listener:            listener,
+		WaitGroup:           wg,
+		NotifyInterval:      5 * time.Second,
+		EmulatedEtcdVersion: emulatedEtcdVersion,
+		Driver: drivers.Config{
+			Endpoint:             dsn,
+			BackendTLSConfig:     tls.Config{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile},
+			ConnectionPoolConfig: generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+			// kine compacts only when the apiserver asks (its compactor,
+			// --etcd-compaction-interval, through the etcd API), and then up
+			// to the revision the apiserver saw one interval before: that
+			// interval is what keeps the history watch caches and continue
+			// tokens need, as on etcd. kine's own guard, never compacting
+			// the newest 1,000 revisions, would keep a continue token valid
+			// forever on a quiet server (the apiserver writes one revision
+			// per interval).
+			CompactInterval:   0,
+			CompactTimeout:    5 * time.Second,
+			CompactMinRetain:  0,
+			CompactBatchSize:  1000,
+			PollBatchSize:     500,
+			PollInterval:      time.Second,
+			MetricsRegisterer: cfg.Metrics,
+		},
 	}
 
 	type result struct {
-		etcd endpoint.ETCDConfig
-		err  error
+		endpoint string
+		err      error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		etcd, err := endpoint.Listen(ctx, config)
-		ch <- result{etcd, err}
+		endpoint, err := serve(ctx, config, server)
+		ch <- result{endpoint, err}
 	}()
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
@@ -142,7 +146,7 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 		if r.err != nil {
 			return nil, r.err
 		}
-		return &Kine{Endpoints: r.etcd.Endpoints, wg: wg, grpc: server}, nil
+		return &Kine{Endpoints: []string{r.endpoint}, wg: wg, grpc: server}, nil
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("not ready after %s", timeout)
 	case <-ctx.Done():
