@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -620,7 +621,21 @@ func (m *Manager) setPhase(name string, phase Phase) {
 	m.mu.Unlock()
 }
 
+// writeStatus merges status into the status of Plane name; a Plane gone
+// meanwhile is no error.
 func (m *Manager) writeStatus(ctx context.Context, name string, status map[string]any) error {
+	_, err := m.updatePlane(ctx, name, func(u *unstructured.Unstructured) { mergeStatus(u, status) })
+	switch {
+	case errors.Is(err, errNoPlaneStorage):
+		return m.patchStatus(ctx, name, status)
+	case storage.IsNotFound(err):
+		return nil
+	}
+	return err
+}
+
+// patchStatus is writeStatus through the API.
+func (m *Manager) patchStatus(ctx context.Context, name string, status map[string]any) error {
 	patch := &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	data, err := patch.MarshalJSON()
 	if err != nil {

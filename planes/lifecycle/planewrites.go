@@ -1,0 +1,67 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"kplane.dev/kplane/planes"
+)
+
+// errNoPlaneStorage: the Planes' storage is not built yet (a call before
+// the root's custom resources are served); the caller goes through the API.
+var errNoPlaneStorage = errors.New("the Planes' storage is not built yet")
+
+// updatePlane changes plane's Plane with change, straight in its storage,
+// and returns the Plane's new resourceVersion. The lifecycle's own writes
+// (status, reset marks) go this way: they are the server's bookkeeping,
+// and the same write as a request through the API (authentication,
+// admission, schema coercion, managed fields) cost 4-6 ms each, twice per
+// reset and once per new plane.
+func (m *Manager) updatePlane(ctx context.Context, plane string, change func(*unstructured.Unstructured)) (uint64, error) {
+	store := m.config.Storage.StorageFor(planes.Root, planeResource)
+	if store == nil {
+		return 0, errNoPlaneStorage
+	}
+	out := &unstructured.Unstructured{}
+	update := func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		u, ok := input.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil, fmt.Errorf("the Planes' storage holds a %T", input)
+		}
+		u = u.DeepCopy()
+		change(u)
+		return u, nil, nil
+	}
+	key := store.ResourcePrefix() + "/" + plane
+	if err := store.GuaranteedUpdate(planes.WithPlane(ctx, planes.Root), key, out, false, nil, update, nil); err != nil {
+		return 0, err
+	}
+	return resourceVersionOf(out), nil
+}
+
+// mergeStatus merges status into u's status as a JSON merge patch would:
+// maps key by key, anything else replaced.
+func mergeStatus(u *unstructured.Unstructured, status map[string]any) {
+	current, _ := u.Object["status"].(map[string]any)
+	u.Object["status"] = mergeMaps(current, status)
+}
+
+func mergeMaps(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		dst = map[string]any{}
+	}
+	for k, v := range src {
+		if sub, ok := v.(map[string]any); ok {
+			existing, _ := dst[k].(map[string]any)
+			dst[k] = mergeMaps(existing, sub)
+			continue
+		}
+		dst[k] = v
+	}
+	return dst
+}
