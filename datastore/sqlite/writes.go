@@ -7,39 +7,62 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
-// writeGate lets one connection of the pool write at a time, in the order
-// they asked. SQLite itself takes one writer at a time and makes the others
-// retry through its busy handler, which sleeps 1, 2, 5, 10, 15, 20, 25 ms
-// between tries: with eight writes in flight (a plane's reset, eight
-// clients creating planes) the last ones slept 5-22 ms for a lock held well
-// under a millisecond. Waiting here hands the lock over once it is free.
+// writeGate lets one connection of the pool write at a time. SQLite itself
+// takes one writer at a time and makes the others retry through its busy
+// handler, which sleeps 1, 2, 5, 10, 15, 20, 25 ms between tries: with
+// eight writes in flight (a plane's reset, eight clients creating planes)
+// the last ones slept 5-22 ms for a lock held well under a millisecond.
+// Waiting here takes the lock once it is free. It is a sync.Mutex, which
+// lets a running writer take a free lock before a waiter that is not yet
+// scheduled (and turns first-come after a waiter has waited a
+// millisecond), rather than a first-come semaphore that hands the lock to
+// a waiter the scheduler may not run for a while when both cores are busy.
 // Reads are not gated: in WAL mode they never wait for a writer.
 type writeGate struct {
-	sem *semaphore.Weighted
+	mu sync.Mutex
 	// timeout bounds a wait as SQLite's busy timeout would have.
 	timeout time.Duration
 }
 
 func newWriteGate(timeout time.Duration) *writeGate {
-	return &writeGate{sem: semaphore.NewWeighted(1), timeout: timeout}
+	return &writeGate{timeout: timeout}
 }
 
-// enter waits for the gate; leave must follow.
+// enter waits for the gate, at most until ctx ends or the timeout passes;
+// leave must follow a nil error.
 func (g *writeGate) enter(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if err := g.sem.Acquire(ctx, 1); err != nil {
-		return fmt.Errorf("waiting to write to SQLite: %w", err)
+	if g.mu.TryLock() {
+		return nil
 	}
-	return nil
+	locked := make(chan struct{})
+	go func() {
+		g.mu.Lock()
+		close(locked)
+	}()
+	timer := time.NewTimer(g.timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-locked:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = fmt.Errorf("no turn within %s", g.timeout)
+	}
+	// The lock is still coming: give it back once it does.
+	go func() {
+		<-locked
+		g.mu.Unlock()
+	}()
+	return fmt.Errorf("waiting to write to SQLite: %w", err)
 }
 
-func (g *writeGate) leave() { g.sem.Release(1) }
+func (g *writeGate) leave() { g.mu.Unlock() }
 
 // writes reports whether query may write: anything but a plain read. kine's
 // transactions are all begun IMMEDIATE (they take SQLite's write lock at
