@@ -16,7 +16,14 @@ import (
 
 func openTestDB(t *testing.T) *sql.DB {
 	t.Helper()
-	dsn, err := moderncDSN(filepath.Join(t.TempDir(), "test.db"), "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&cache=shared&_stmt_cache_size=20")
+	return openTestDBWith(t, "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&cache=shared&_stmt_cache_size=20")
+}
+
+// openTestDBWith opens a fresh database with kine's SQLite parameters
+// params and makes a table kv in it.
+func openTestDBWith(t *testing.T, params string) *sql.DB {
+	t.Helper()
+	dsn, err := moderncDSN(filepath.Join(t.TempDir(), "test.db"), params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,31 +194,14 @@ func TestConnectionsHaveKineSettings(t *testing.T) {
 	}
 }
 
-// openTestDBWithoutBusyWait is openTestDB with SQLite's busy timeout at
-// zero: a writer that finds the database locked fails at once instead of
-// sleeping and retrying, so only the write gate keeps writers apart.
-func openTestDBWithoutBusyWait(t *testing.T) *sql.DB {
-	t.Helper()
-	dsn, err := moderncDSN(filepath.Join(t.TempDir(), "test.db"), "_journal_mode=WAL&_busy_timeout=0&_synchronous=NORMAL&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := open(dsn, generic.ConnectionPoolConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`CREATE TABLE kv (name TEXT PRIMARY KEY, value INTEGER)`); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
 // Eight writers at once, in transactions and in single statements, never
 // find SQLite's write lock taken: they wait for one another at the gate.
 // Without it, the first collision fails with "database is locked".
 func TestWritersTakeTurnsAtTheGate(t *testing.T) {
-	db := openTestDBWithoutBusyWait(t)
+	// SQLite's busy timeout at zero: a writer that finds the database
+	// locked fails at once instead of sleeping and retrying, so only the
+	// write gate keeps writers apart.
+	db := openTestDBWith(t, "_journal_mode=WAL&_busy_timeout=0&_synchronous=NORMAL&_txlock=immediate")
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)

@@ -625,24 +625,7 @@ func (m *Manager) setPhase(name string, phase Phase) {
 // meanwhile is no error.
 func (m *Manager) writeStatus(ctx context.Context, name string, status map[string]any) error {
 	_, err := m.updatePlane(ctx, name, func(u *unstructured.Unstructured) { mergeStatus(u, status) })
-	switch {
-	case errors.Is(err, errNoPlaneStorage):
-		return m.patchStatus(ctx, name, status)
-	case storage.IsNotFound(err):
-		return nil
-	}
-	return err
-}
-
-// patchStatus is writeStatus through the API.
-func (m *Manager) patchStatus(ctx context.Context, name string, status map[string]any) error {
-	patch := &unstructured.Unstructured{Object: map[string]any{"status": status}}
-	data, err := patch.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	_, err = m.planes.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) {
+	if storage.IsNotFound(err) {
 		return nil
 	}
 	return err

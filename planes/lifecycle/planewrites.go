@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -12,10 +11,6 @@ import (
 	"kplane.dev/kplane/planes"
 )
 
-// errNoPlaneStorage: the Planes' storage is not built yet (a call before
-// the root's custom resources are served); the caller goes through the API.
-var errNoPlaneStorage = errors.New("the Planes' storage is not built yet")
-
 // updatePlane changes plane's Plane with change, straight in its storage,
 // and returns the Plane's new resourceVersion. The lifecycle's own writes
 // (status, reset marks) go this way: they are the server's bookkeeping,
@@ -23,9 +18,11 @@ var errNoPlaneStorage = errors.New("the Planes' storage is not built yet")
 // admission, schema coercion, managed fields) cost 4-6 ms each, twice per
 // reset and once per new plane.
 func (m *Manager) updatePlane(ctx context.Context, plane string, change func(*unstructured.Unstructured)) (uint64, error) {
+	// Built before the lifecycle starts (the kplane-planes post-start
+	// hook) and never released: the root's Plane CRD stays.
 	store := m.config.Storage.StorageFor(planes.Root, planeResource)
 	if store == nil {
-		return 0, errNoPlaneStorage
+		return 0, fmt.Errorf("writing Plane %s: the Planes' storage is not built", plane)
 	}
 	out := &unstructured.Unstructured{}
 	update := func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {

@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -292,7 +290,7 @@ func (m *Manager) markReset(ctx context.Context, plane string, on bool) (uint64,
 // annotatePlane sets (or, for nil, removes) annotations of plane's Plane
 // and returns the Plane's new resourceVersion.
 func (m *Manager) annotatePlane(ctx context.Context, plane string, annotations map[string]*string) (uint64, error) {
-	rv, err := m.updatePlane(ctx, plane, func(u *unstructured.Unstructured) {
+	return m.updatePlane(ctx, plane, func(u *unstructured.Unstructured) {
 		kept := u.GetAnnotations()
 		if kept == nil {
 			kept = map[string]string{}
@@ -306,23 +304,6 @@ func (m *Manager) annotatePlane(ctx context.Context, plane string, annotations m
 		}
 		u.SetAnnotations(kept)
 	})
-	if errors.Is(err, errNoPlaneStorage) {
-		return m.patchAnnotations(ctx, plane, annotations)
-	}
-	return rv, err
-}
-
-// patchAnnotations is annotatePlane through the API.
-func (m *Manager) patchAnnotations(ctx context.Context, plane string, annotations map[string]*string) (uint64, error) {
-	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return 0, err
-	}
-	patched, err := m.planes.Patch(ctx, plane, types.MergePatchType, data, metav1.PatchOptions{})
-	if err != nil {
-		return 0, err
-	}
-	return resourceVersionOf(patched), nil
 }
 
 // unfinishedResetLocked reports whether Plane u says a reset was begun and
