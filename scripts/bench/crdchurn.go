@@ -44,7 +44,7 @@ func crdChurn(bin string, p crdChurnParams) (Result, error) {
 		}
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("settled_*: read after the cycles and the settle; after_*: read after %d more cycles, "+
-		"which let upstream's watch cache shrink the CRDs' event history it sized for the churn (it shrinks only as events arrive)", trimCycles))
+		"as later traffic would (upstream's watch cache keeps the CRDs' event history the churn grew until its ring is full again)", trimCycles))
 	for _, prefix := range []string{"", "old_"} {
 		g, h := res.Figures[prefix+"goroutines_ratio"], res.Figures[prefix+"live_heap_ratio"]
 		if g == 0 {
@@ -104,11 +104,11 @@ func churnOne(bin string, p crdChurnParams, figures map[string]float64, prefix s
 	}
 	settled.record(figures, prefix+"settled_")
 	// Upstream's watch cache keeps a resource's event history at the size
-	// its last 75 s of events needed, and shrinks it only as new events
-	// arrive: the CRDs' history of the churn (a decoded CRD and its previous
-	// state per event) stays until then. A few more cycles, as any later
-	// traffic would, let it shrink; what is still held after them is what
-	// the churn left.
+	// its last 75 s of events needed, and shrinks it only once the ring is
+	// full and new events arrive: after a burst that grew it, the churn's
+	// events (a decoded CRD each) stay however old until later traffic
+	// fills the ring again. A few more cycles, as later traffic would, show
+	// whether anything else grows per CRD.
 	for i := 0; i < trimCycles; i++ {
 		if err := c.cycle(ctx, cycles+i); err != nil {
 			return fmt.Errorf("trim cycle %d: %w", i, err)
@@ -147,7 +147,7 @@ func churnMemory(s *server) (memory, float64, error) {
 }
 
 // trimCycles are the cycles run after the settle, before the second
-// reading, so that the watch caches shrink their event history.
+// reading, as later traffic would.
 const trimCycles = 8
 
 type churner struct {
