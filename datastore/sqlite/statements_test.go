@@ -117,29 +117,31 @@ func TestManyStatements(t *testing.T) {
 func TestConcurrentWritesAndReads(t *testing.T) {
 	db := openTestDB(t)
 	ctx := context.Background()
+	writeConcurrently(t, func(w, i int) error {
+		name := fmt.Sprintf("w%d-%d", w, i)
+		if err := insertInTx(ctx, db, name, i); err != nil {
+			return err
+		}
+		var got int
+		if err := db.QueryRow(`SELECT value FROM kv WHERE name = ?`, name).Scan(&got); err != nil || got != i {
+			return fmt.Errorf("%s read back %d (%v)", name, got, err)
+		}
+		return nil
+	})
+	expectRows(t, db, 400)
+}
+
+// writeConcurrently runs write(w, i) for 50 rounds i in each of 8 writers
+// w at once; a writer stops at its first error, which fails the test.
+func writeConcurrently(t *testing.T, write func(w, i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 16)
+	errs := make(chan error, 8)
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 50 {
-				name := fmt.Sprintf("w%d-%d", w, i)
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
+				if err := write(w, i); err != nil {
 					errs <- err
-					return
-				}
-				if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, name, i); err != nil {
-					tx.Rollback()
-					errs <- err
-					return
-				}
-				if err := tx.Commit(); err != nil {
-					errs <- err
-					return
-				}
-				var got int
-				if err := db.QueryRow(`SELECT value FROM kv WHERE name = ?`, name).Scan(&got); err != nil || got != i {
-					errs <- fmt.Errorf("%s read back %d (%v)", name, got, err)
 					return
 				}
 			}
@@ -150,9 +152,29 @@ func TestConcurrentWritesAndReads(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// insertInTx inserts one row of kv in a transaction of its own.
+func insertInTx(ctx context.Context, db *sql.DB, name string, value int) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, name, value); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("insert in a transaction: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func expectRows(t *testing.T, db *sql.DB, want int) {
+	t.Helper()
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != 400 {
-		t.Errorf("%d rows (%v), want 400", n, err)
+	if err := db.QueryRow(`SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != want {
+		t.Errorf("%d rows (%v), want %d", n, err, want)
 	}
 }
 
@@ -203,41 +225,16 @@ func TestWritersTakeTurnsAtTheGate(t *testing.T) {
 	// write gate keeps writers apart.
 	db := openTestDBWith(t, "_journal_mode=WAL&_busy_timeout=0&_synchronous=NORMAL&_txlock=immediate")
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 50 {
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					errs <- fmt.Errorf("begin: %w", err)
-					return
-				}
-				if _, err := tx.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprintf("tx%d-%d", w, i), i); err != nil {
-					tx.Rollback()
-					errs <- fmt.Errorf("insert in a transaction: %w", err)
-					return
-				}
-				if err := tx.Commit(); err != nil {
-					errs <- fmt.Errorf("commit: %w", err)
-					return
-				}
-				if _, err := db.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprintf("st%d-%d", w, i), i); err != nil {
-					errs <- fmt.Errorf("insert: %w", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM kv`).Scan(&n); err != nil || n != 800 {
-		t.Errorf("%d rows (%v), want 800", n, err)
-	}
+	writeConcurrently(t, func(w, i int) error {
+		if err := insertInTx(ctx, db, fmt.Sprintf("tx%d-%d", w, i), i); err != nil {
+			return err
+		}
+		if _, err := db.Exec(`INSERT INTO kv(name, value) VALUES(?, ?)`, fmt.Sprintf("st%d-%d", w, i), i); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		return nil
+	})
+	expectRows(t, db, 800)
 }
 
 // While a transaction holds the gate, reads go on, and a write that cannot
