@@ -571,6 +571,21 @@ func TestSnapshotReadsNoDatastore(t *testing.T) {
 	setupShop(t, plane)
 	mustSnapshot(t, plane, "warm=true")
 
+	// A plane an earlier test deleted is wiped with one consistent list of
+	// the datastore per resource (about 60): wait until none is left, so
+	// that the reads counted below are the snapshots' and the server's own.
+	framework.Eventually(t, 2*time.Minute, "no plane being deleted", func(ctx context.Context) error {
+		list, err := shared.Dynamic(t, "root").Resource(planesGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.GetDeletionTimestamp() != nil {
+				return fmt.Errorf("plane %s is being deleted", p.GetName())
+			}
+		}
+		return nil
+	})
 	const calls = 30
 	dbBefore, cacheBefore := storageReads(t)
 	resources := 0
