@@ -31,8 +31,13 @@ run: build
 	bin/kplane server --data-dir $(DATA_DIR)
 
 ## test: the whole suite (unit + end-to-end against bin/kplane, then the Go and Python SDKs')
+# A failure is repeated at the end of the output with its first lines
+# (scripts/test-failures): the log of a failed run is long.
+GO_TEST_LOG := $(CURDIR)/bin/go-test.log
 test: build envtest-assets
-	KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./...
+	@rm -f $(GO_TEST_LOG).failed
+	{ KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./... 2>&1 || touch $(GO_TEST_LOG).failed; } | tee $(GO_TEST_LOG)
+	@if [ -f $(GO_TEST_LOG).failed ]; then scripts/test-failures $(GO_TEST_LOG); exit 1; fi
 	$(MAKE) --no-print-directory test-go-sdk
 	KPLANE_BINARY=$(CURDIR)/bin/kplane $(PYTHON) -m unittest discover -s sdk/python/tests -t sdk/python/tests
 
