@@ -7,11 +7,16 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/k3s-io/kine/pkg/drivers"
 	"github.com/k3s-io/kine/pkg/drivers/generic"
+	kinesqlite "github.com/k3s-io/kine/pkg/drivers/sqlite"
+	"github.com/k3s-io/kine/pkg/query"
 )
 
 func openTestDB(t *testing.T) *sql.DB {
@@ -269,17 +274,56 @@ func TestGateHoldsWritesOnly(t *testing.T) {
 
 func TestWritesClassifiesStatements(t *testing.T) {
 	for query, want := range map[string]bool{
-		"SELECT 1":                           false,
-		"\n\t  select name FROM kine":        false,
-		"(SELECT 1) UNION (SELECT 2)":        false,
-		"INSERT INTO kine VALUES(1)":         true,
-		"DELETE FROM kine WHERE id = 1":      true,
-		"PRAGMA wal_checkpoint(TRUNCATE)":    true,
-		"WITH x AS (SELECT 1) DELETE FROM k": true,
-		"":                                   true,
+		"SELECT 1":                             false,
+		"\n\t  select name FROM kine":          false,
+		"(SELECT 1) UNION (SELECT 2)":          false,
+		"INSERT INTO kine VALUES(1)":           true,
+		"DELETE FROM kine WHERE id = 1":        true,
+		"PRAGMA wal_checkpoint(TRUNCATE)":      true,
+		"WITH x AS (SELECT 1) DELETE FROM k":   true,
+		"with x as (select 1) update k set":    true,
+		"WITH x AS (SELECT 1) SELECT * FROM x": false,
+		"WITH deleted AS (SELECT 1) SELECT 2":  false,
+		"":                                     true,
 	} {
 		if got := writes(query); got != want {
 			t.Errorf("writes(%q) = %v, want %v", query, got, want)
 		}
+	}
+}
+
+// kine's own statements: its reads (the WITH that reads one key on every
+// update and create among them) pass no gate, its writes do.
+func TestWritesClassifiesKineStatements(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := &sync.WaitGroup{}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	path := filepath.Join(t.TempDir(), "state.db")
+	_, dialect, err := kinesqlite.NewVariant(ctx, wg, "sqlite3", &drivers.Config{DataSourceName: path + "?" + kinesqlite.DefaultParams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]bool{}
+	for _, name := range []string{"GetSingle", "GetSingleVal", "AllCurrent", "AllCurrentVal", "ListCurrent", "ListCurrentVal",
+		"ListRevisionStart", "ListRevisionStartVal", "GetRevisionAfter", "GetRevisionAfterVal", "CountAllCurrent", "CountCurrent",
+		"CountAllRevision", "CountRevision",
+		"AfterOldVal", "AfterAllOldVal", "AfterSingleOldVal", "CurrentRev", "CompactRev", "GetSize"} {
+		reads[name] = true
+	}
+	v := reflect.ValueOf(dialect).Elem()
+	checked := 0
+	for i := range v.NumField() {
+		named, ok := v.Field(i).Interface().(*query.Named)
+		if !ok || named == nil {
+			continue
+		}
+		name := strings.TrimSuffix(v.Type().Field(i).Name, "SQL")
+		if got, want := writes(named.Query), !reads[name]; got != want {
+			t.Errorf("%s: writes = %v, want %v:\n%s", name, got, want, named.Query)
+		}
+		checked++
+	}
+	if checked < len(reads)+4 {
+		t.Fatalf("only %d of kine's statements found", checked)
 	}
 }

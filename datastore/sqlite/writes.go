@@ -6,9 +6,11 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // writeGate lets one connection of the pool write at a time. SQLite itself
@@ -64,12 +66,44 @@ func (g *writeGate) enter(ctx context.Context) error {
 
 func (g *writeGate) leave() { g.mu.Unlock() }
 
-// writes reports whether query may write: anything but a plain read. kine's
-// transactions are all begun IMMEDIATE (they take SQLite's write lock at
-// once), so every transaction passes the gate too.
+// writes reports whether query may write: anything but a plain read. A
+// read is a SELECT, or a WITH whose statement is a SELECT (kine reads one
+// key that way, on every update and create); a WITH can also lead an
+// INSERT, UPDATE or DELETE, so one that names any of them is a write.
+// kine's transactions are all begun IMMEDIATE (they take SQLite's write
+// lock at once), so every transaction passes the gate too.
 func writes(query string) bool {
 	q := strings.TrimLeft(query, " \t\r\n(")
-	return len(q) < 6 || !strings.EqualFold(q[:6], "SELECT")
+	switch firstWord(q) {
+	case "SELECT":
+		return false
+	case "WITH":
+		return namesWrite(strings.ToUpper(q))
+	}
+	return true
+}
+
+// writeKeywords are the statements a WITH may lead that write.
+var writeKeywords = []string{"INSERT", "UPDATE", "DELETE", "REPLACE"}
+
+// namesWrite reports whether the upper-case statement q has a write
+// keyword as a word of its own.
+func namesWrite(q string) bool {
+	for _, word := range strings.FieldsFunc(q, func(r rune) bool { return !unicode.IsLetter(r) && r != '_' }) {
+		if slices.Contains(writeKeywords, word) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstWord is q's leading keyword in upper case.
+func firstWord(q string) string {
+	end := strings.IndexFunc(q, func(r rune) bool { return !unicode.IsLetter(r) })
+	if end < 0 {
+		end = len(q)
+	}
+	return strings.ToUpper(q[:end])
 }
 
 // gatedTx leaves the gate when its transaction ends.

@@ -116,7 +116,7 @@ func parseFlags() *benchFlags {
 	f.out = flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	f.churnSettle = flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	f.crdCycles = flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, container: the bare binary, profiles: its empty server, scenarios: its resets, plain-planes: its base planes)")
+	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, workloads: its rollout, container: the bare binary, profiles: its empty server, scenarios: its resets, plain-planes: its base planes)")
 	f.gotestExample = flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	f.gotestPlanes = flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
@@ -190,7 +190,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = scenariosScenario(bin, scenariosParams{Objects: *f.scenarioObjects, Members: *f.scenarioMembers,
 			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary})
 	case "workloads":
-		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir})
+		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir, Old: *f.oldBinary})
 	case "member-workloads":
 		res, err = memberWorkloadsScenario(bin, memberWorkloadsParams{Members: *f.fleetReplicas, Workers: *f.workers, Bootstrap: *f.bootstrap})
 	case "plain-planes":

@@ -135,6 +135,32 @@ func processRSS(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmRSS")
 }
 
+// saveMetrics writes the server's /metrics to path: what a profiled run
+// compares before and after (requests per verb and resource, queue
+// figures).
+func (s *server) saveMetrics(path string) error {
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.http().Do(req)
+	if err != nil {
+		return fmt.Errorf("reading /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading /metrics: %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
 // metric reads one unlabelled gauge from the server's /metrics.
 func (s *server) metric(name string) (float64, error) {
 	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -19,6 +20,9 @@ type workloadsParams struct {
 	Workers    int
 	Bootstrap  string
 	ProfileDir string
+	// Old, when set, is an earlier binary whose rollout (the same
+	// Deployments on the same number of planes) is timed after this one's.
+	Old string
 }
 
 // idleReading is a server's memory and goroutines after a settle.
@@ -89,16 +93,45 @@ func workloadsScenario(binary string, p workloadsParams) (Result, error) {
 	figures["idle_heap_rise_kib_per_plane"] = figures["on_idle_marginal_heap_kib_per_plane"] - figures["off_idle_marginal_heap_kib_per_plane"]
 	notes := []string{
 		fmt.Sprintf("%d planes x a 3-replica Deployment all Available in %.1f s (the goal is 30 s for 1,000)", p.Planes, figures["all_available_seconds"]),
+	}
+	if p.Old != "" {
+		if err := oldRollout(p, figures); err != nil {
+			return Result{}, fmt.Errorf("old binary: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("the old binary, right after on a server of its own: all Available in %.1f s", figures["old_all_available_seconds"]))
+	}
+	notes = append(notes,
 		fmt.Sprintf("idle plane: %+.1f KiB of heap with the simulation on against off; goroutines with %d idle planes: %.0f on, %.0f off",
 			figures["idle_heap_rise_kib_per_plane"], p.Planes, figures["on_goroutines_idle_planes"], figures["off_goroutines_idle_planes"]),
 		"running_heap_kib_per_pod is everything the running Deployments add (Deployment, ReplicaSet, Pods, nodes, events, in the watch caches and the controllers' informers) over 3 Pods per plane",
-	}
+	)
 	return Result{
 		Scenario: "workloads",
-		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "bootstrap": p.Bootstrap, "replicas": 3},
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "bootstrap": p.Bootstrap, "replicas": 3, "old_binary": p.Old != ""},
 		Figures:  figures,
 		Notes:    notes,
 	}, nil
+}
+
+// oldRollout times the same rollout on p.Old, on a server of its own.
+func oldRollout(p workloadsParams, figures map[string]float64) error {
+	s, err := startServer(p.Old, "--plane-bootstrap", p.Bootstrap, "--simulation=true")
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	if _, _, err := createPlanes(s, 0, p.Planes, p.Workers, 0); err != nil {
+		return err
+	}
+	old := map[string]float64{}
+	p.ProfileDir = ""
+	if err := deployEverywhere(s, p, old); err != nil {
+		return err
+	}
+	for _, name := range []string{"all_available_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms"} {
+		figures["old_"+name] = old[name]
+	}
+	return nil
 }
 
 // deployEverywhere creates Deployment web (3 replicas) in every bench plane
@@ -117,6 +150,15 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sem := make(chan struct{}, p.Workers)
+	var cpuProfile chan error
+	if p.ProfileDir != "" {
+		// The first 20 s are the rollout at full load in every plane.
+		cpuProfile = make(chan error, 1)
+		go func() { cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "workloads-cpu.pprof"), 20*time.Second) }()
+		if err := s.saveMetrics(filepath.Join(p.ProfileDir, "workloads-metrics-before.txt")); err != nil {
+			return err
+		}
+	}
 	for _, plane := range names {
 		wg.Add(1)
 		go func() {
@@ -137,6 +179,14 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 		return err
 	}
 	figures["all_available_seconds"] = time.Since(began).Seconds()
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			return err
+		}
+		if err := s.saveMetrics(filepath.Join(p.ProfileDir, "workloads-metrics-after.txt")); err != nil {
+			return err
+		}
+	}
 	sort.Slice(podLatencies, func(i, j int) bool { return podLatencies[i] < podLatencies[j] })
 	figures["pod_created_to_running_p50_ms"] = ms(percentile(podLatencies, 0.50))
 	figures["pod_created_to_running_p99_ms"] = ms(percentile(podLatencies, 0.99))
