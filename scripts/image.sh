@@ -42,8 +42,12 @@ build() {
 	set -- --platform "linux/$arch" --build-arg "TARGETARCH=$arch" -f "$here/Containerfile" -t "$tag"
 	case $(basename "$rt") in
 	# Podman's default OCI format has no HEALTHCHECK and drops it with
-	# only a warning.
-	podman) set -- "$@" --format docker ;;
+	# only a warning. Its intermediate images would be a build cache shared
+	# by every build on the machine, and removing one image (rmi) removes
+	# the intermediate images under it while another build is using them
+	# ("image not known"); the image is a binary on scratch, so caching its
+	# steps saves nothing.
+	podman) set -- "$@" --format docker --layers=false ;;
 	esac
 	"$rt" build "$@" "$context"
 }
