@@ -250,6 +250,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		},
 		ServiceClusterIPRange:       c.ServiceCIDR,
 		NodePortRange:               c.NodePortRange,
+		ServiceRepairInterval:       c.Options.ServiceRepairInterval,
 		MaxRequestsInFlight:         c.Options.MaxRequestsInFlight,
 		MaxMutatingRequestsInFlight: c.Options.MaxMutatingRequestsInFlight,
 		EnableProfiling:             c.Options.EnableProfiling,

@@ -44,6 +44,8 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "range every plane allocates Service ClusterIPs from"},
 		&cli.StringFlag{Name: "service-node-port-range", Value: o.NodePortRange, Destination: &o.NodePortRange, EnvVars: []string{"KPLANE_SERVICE_NODE_PORT_RANGE"},
 			Usage: "range every plane allocates NodePorts from"},
+		&cli.DurationFlag{Name: "service-repair-interval", Value: o.ServiceRepairInterval, Destination: &o.ServiceRepairInterval, EnvVars: []string{"KPLANE_SERVICE_REPAIR_INTERVAL"},
+			Usage: "how often every plane's ClusterIP and NodePort allocations are checked against its Services: an address no Service holds is freed after three checks in a row (0: never)"},
 		&cli.StringFlag{Name: "log-level", Value: o.LogLevel, Destination: &o.LogLevel, EnvVars: []string{"KPLANE_LOG_LEVEL"},
 			Usage: "debug, info, warn or error"},
 		&cli.IntFlag{Name: "max-planes", Destination: &o.MaxPlanes, EnvVars: []string{"KPLANE_MAX_PLANES"},

@@ -58,6 +58,9 @@ type Options struct {
 
 	ServiceCIDR   string
 	NodePortRange string
+	// ServiceRepairInterval: how often every plane's Service address
+	// records are checked against its Services (0: never).
+	ServiceRepairInterval time.Duration
 
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int
@@ -169,6 +172,7 @@ func NewOptions() *Options {
 		HTTPSPort:                   6443,
 		ServiceCIDR:                 "10.96.0.0/16",
 		NodePortRange:               "30000-32767",
+		ServiceRepairInterval:       3 * time.Minute,
 		MaxRequestsInFlight:         800,
 		MaxMutatingRequestsInFlight: 400,
 		CompactionInterval:          5 * time.Minute,
@@ -227,6 +231,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := utilnet.ParsePortRange(o.NodePortRange); err != nil {
 		errs = append(errs, fmt.Sprintf("--service-node-port-range %q: %v", o.NodePortRange, err))
+	}
+	if o.ServiceRepairInterval < 0 {
+		errs = append(errs, fmt.Sprintf("--service-repair-interval %s must not be negative", o.ServiceRepairInterval))
 	}
 	if o.CompactionInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))

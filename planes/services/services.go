@@ -198,6 +198,21 @@ func (r *REST) seedClusterIPs(ctx context.Context) (*api.RangeAllocation, error)
 	if err != nil {
 		return nil, err
 	}
+	return r.clusterIPsHeld(svcs)
+}
+
+// seedNodePorts is seedClusterIPs for node ports.
+func (r *REST) seedNodePorts(ctx context.Context) (*api.RangeAllocation, error) {
+	svcs, err := r.planeServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.nodePortsHeld(svcs)
+}
+
+// clusterIPsHeld is the cluster IP record that svcs make: every address of
+// the range they hold.
+func (r *REST) clusterIPsHeld(svcs []api.Service) (*api.RangeAllocation, error) {
 	ips, err := ipallocator.NewInMemory(&r.config.ClusterIPRange)
 	if err != nil {
 		return nil, err
@@ -214,12 +229,8 @@ func (r *REST) seedClusterIPs(ctx context.Context) (*api.RangeAllocation, error)
 	return snap, ips.Snapshot(snap)
 }
 
-// seedNodePorts is seedClusterIPs for node ports.
-func (r *REST) seedNodePorts(ctx context.Context) (*api.RangeAllocation, error) {
-	svcs, err := r.planeServices(ctx)
-	if err != nil {
-		return nil, err
-	}
+// nodePortsHeld is clusterIPsHeld for node ports.
+func (r *REST) nodePortsHeld(svcs []api.Service) (*api.RangeAllocation, error) {
 	ports, err := portallocator.NewInMemory(r.config.NodePortRange)
 	if err != nil {
 		return nil, err

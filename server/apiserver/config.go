@@ -76,6 +76,9 @@ type Config struct {
 
 	ServiceClusterIPRange net.IPNet
 	NodePortRange         utilnet.PortRange
+	// ServiceRepairInterval: how often the plane lifecycle's holder checks
+	// every plane's address records against its Services (0: never).
+	ServiceRepairInterval time.Duration
 
 	MaxRequestsInFlight         int
 	MaxMutatingRequestsInFlight int

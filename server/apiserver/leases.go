@@ -91,8 +91,9 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 	return e, nil
 }
 
-// planesTerm runs the plane lifecycle, the CRD conditions, the Fleets and
-// --manifests-dir until ctx is done. The CRD conditions start at once:
+// planesTerm runs the plane lifecycle, the CRD conditions, the repair of
+// Service address records, the Fleets and --manifests-dir until ctx is
+// done. The CRD conditions start at once:
 // the root plane's CRDs (Plane, Fleet) are established by them, and the
 // rest waits for Planes to be served and known.
 func (e *electors) planesTerm(ctx context.Context, s components, applier func() (*autoapply.Applier, error)) {
@@ -106,6 +107,13 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 	}
 	run(func() { s.planes.RunControllers(ctx) })
 	run(func() { s.customResources.RunConditions(ctx) })
+	if s.serviceRepair != nil {
+		run(func() {
+			if waitFor(ctx, s.planes.HasSynced) == nil {
+				s.serviceRepair.Run(ctx)
+			}
+		})
+	}
 	if fleets, err := fleet.New(fleet.Config{Loopback: s.loopback, Planes: s.planes.Informer()}); err != nil {
 		logrus.WithError(err).Error("fleet controller cannot start")
 	} else {

@@ -34,6 +34,7 @@ import (
 	"kplane.dev/kplane/planes/limits"
 	"kplane.dev/kplane/planes/loopback"
 	"kplane.dev/kplane/planes/routing"
+	"kplane.dev/kplane/planes/services"
 	"kplane.dev/kplane/planes/simulation"
 	planestorage "kplane.dev/kplane/planes/storage"
 	kplanemetrics "kplane.dev/kplane/server/metrics"
@@ -103,6 +104,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	started := components{
 		loopback: loopbackConfig, boot: boot, customResources: customResources,
 		controllers: genericControllers, planes: manager, simulation: sim, work: newInProcessWork(),
+	}
+	if core.Services != nil && c.config.ServiceRepairInterval > 0 {
+		started.serviceRepair = core.Services.NewRepair(c.config.ServiceRepairInterval)
 	}
 	electors, err := c.newElectors(started)
 	if err != nil {
@@ -307,8 +311,11 @@ type components struct {
 	controllers     *controllers.Terms
 	planes          *lifecycle.Manager
 	simulation      *simulation.Simulation
-	electors        *electors
-	work            *inProcessWork
+	// serviceRepair keeps the planes' Service address records true (nil:
+	// no Services served, or --service-repair-interval 0).
+	serviceRepair *services.Repair
+	electors      *electors
+	work          *inProcessWork
 }
 
 // addPostStartHooks starts the plane glue once the server serves, and
