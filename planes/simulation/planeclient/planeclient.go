@@ -8,8 +8,9 @@
 // matchFields); the answer gets the plane folded
 // back in, so an object a controller reads back from a write is keyed as
 // the ones its listers hold. Requests that name no plane go to the plane in
-// their context (loopback.Routed) and are refused without one. JSON only:
-// bodies are rewritten as JSON.
+// their context (loopback.Routed) and are refused without one; an Event
+// without one gets a BadRequest Status instead, which the controllers'
+// event recorders do not retry. JSON only: bodies are rewritten as JSON.
 package planeclient
 
 import (
@@ -22,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	restclient "k8s.io/client-go/rest"
@@ -45,6 +47,9 @@ type unfold struct{ next http.RoundTripper }
 func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	plane, path := splitPath(req.URL.Path)
 	if plane == "" {
+		if _, ok := planes.FromContext(req.Context()); !ok && isEventWrite(req) {
+			return planelessEvent(req), nil
+		}
 		return u.next.RoundTrip(req)
 	}
 	out := req.Clone(planes.WithPlane(req.Context(), plane))
@@ -78,6 +83,43 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.ContentLength = int64(len(folded))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(folded)))
 	return resp, nil
+}
+
+// isEventWrite reports whether req writes an Event (core or events.k8s.io).
+func isEventWrite(req *http.Request) bool {
+	if req.Method == http.MethodGet || req.Method == http.MethodDelete {
+		return false
+	}
+	segments := strings.Split(req.URL.Path, "/")
+	for i, s := range segments {
+		if s == "events" && i >= len(segments)-2 {
+			return true
+		}
+	}
+	return false
+}
+
+// planelessEvent is the answer to an Event that names no plane: upstream's
+// endpoints controller reports a failed create about an Endpoints object
+// it built without a namespace, so its Event lands in namespace default
+// with no plane folded in. A Status error makes client-go's recorder drop
+// it at once; a transport error (loopback's refusal) had it retried
+// twelve times, ten seconds apart, each an error line in the server's log.
+func planelessEvent(req *http.Request) *http.Response {
+	status := apierrors.NewBadRequest("the event names no plane (its object has no namespace); dropped").Status()
+	status.APIVersion, status.Kind = "v1", "Status"
+	body, _ := json.Marshal(status)
+	return &http.Response{
+		StatusCode:    http.StatusBadRequest,
+		Status:        fmt.Sprintf("%d %s", http.StatusBadRequest, http.StatusText(http.StatusBadRequest)),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": []string{runtime.ContentTypeJSON}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
 }
 
 // splitPath finds the folded segment of path (a namespace or a node name)

@@ -1,6 +1,7 @@
 package planeclient
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/planes/loopback"
@@ -71,6 +76,36 @@ func TestStatusConflictReapplied(t *testing.T) {
 	}
 	if got := seen.Load().(string); got != "/clusters/p1/control-plane/apis/apps/v1/namespaces/default/deployments/web/status" {
 		t.Errorf("path sent: %s", got)
+	}
+}
+
+// An Event whose object has no namespace (upstream's endpoints controller
+// sends one) names no plane: client-go gets a BadRequest Status, which its
+// event recorder does not retry, and nothing reaches the server; an Event
+// in a folded namespace goes to its plane.
+func TestPlanelessEventRefused(t *testing.T) {
+	var puts atomic.Int32
+	var seen atomic.Value
+	seen.Store("")
+	srv := fakePlaneServer(t, &puts, &seen)
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(Config(loopback.Routed(&rest.Config{Host: srv.URL})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web.1", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Endpoints", Name: "web"}, Reason: "FailedToCreateEndpoint"}
+	_, err = client.CoreV1().Events("default").Create(context.Background(), event, metav1.CreateOptions{})
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "names no plane") {
+		t.Fatalf("an event of no plane: want BadRequest, got %v", err)
+	}
+	if got := seen.Load().(string); got != "" {
+		t.Fatalf("the event reached the server at %s", got)
+	}
+	event.Namespace = "p1|default"
+	_, _ = client.CoreV1().Events("p1|default").Create(context.Background(), event, metav1.CreateOptions{})
+	if got := seen.Load().(string); got != "/clusters/p1/control-plane/api/v1/namespaces/default/events" {
+		t.Fatalf("an event of plane p1 went to %q", got)
 	}
 }
 
