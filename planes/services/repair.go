@@ -71,6 +71,11 @@ func (p *Repair) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	began := time.Now()
+	defer func() {
+		logrus.WithFields(logrus.Fields{"planes": len(owners), "took": time.Since(began).Round(time.Millisecond).String()}).
+			Debug("service address repair pass")
+	}()
 	seen := map[leakedItem]int{}
 	for _, plane := range owners {
 		if err := p.repairPlane(ctx, plane, seen); err != nil && ctx.Err() == nil {
