@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -47,30 +46,11 @@ func TestPlaneDeletionWaitsForEveryServer(t *testing.T) {
 	if _, err := ca.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var done chan error
-	framework.Eventually(t, framework.DefaultTimeout, "a create through the other server held in the webhook", func(ctx context.Context) error {
-		if done == nil {
-			done = make(chan error, 1)
-			go func() {
-				_, err := cb.CoreV1().ConfigMaps("default").Create(context.Background(),
-					labelledConfigMap("late", map[string]string{"slow": "true"}), metav1.CreateOptions{})
-				done <- err
-			}()
-		}
-		if hook.slow.Load() > 0 {
-			return nil
-		}
-		select {
-		case err := <-done:
-			// Made before that server knew of the webhook: again.
-			done = nil
-			if delErr := cb.CoreV1().ConfigMaps("default").Delete(ctx, "late", metav1.DeleteOptions{}); delErr != nil && !apierrors.IsNotFound(delErr) {
-				return framework.Stop(delErr)
-			}
-			return fmt.Errorf("created without the webhook (%v)", err)
-		default:
-			return fmt.Errorf("not in the webhook yet")
-		}
+	done := createHeld(t, hook, "a create through the other server", func(ctx context.Context) error {
+		_, err := cb.CoreV1().ConfigMaps("default").Create(ctx, labelledConfigMap("late", map[string]string{"slow": "true"}), metav1.CreateOptions{})
+		return err
+	}, func(ctx context.Context) error {
+		return cb.CoreV1().ConfigMaps("default").Delete(ctx, "late", metav1.DeleteOptions{})
 	})
 
 	planes := a.Dynamic(t, "root").Resource(planesGVR)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -99,29 +98,11 @@ func holdServiceCreate(t *testing.T, s *framework.Server, plane string, svc *cor
 	if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(t.Context(), cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var done chan error
-	framework.Eventually(t, framework.DefaultTimeout, "the create of Service "+svc.Name+" held in the webhook", func(ctx context.Context) error {
-		if done == nil {
-			done = make(chan error, 1)
-			go func() {
-				_, err := c.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{})
-				done <- err
-			}()
-		}
-		if hook.slow.Load() > 0 {
-			return nil
-		}
-		select {
-		case err := <-done:
-			// Made before the server knew of the webhook: again.
-			done = nil
-			if delErr := c.CoreV1().Services("default").Delete(ctx, svc.Name, metav1.DeleteOptions{}); delErr != nil && !apierrors.IsNotFound(delErr) {
-				return framework.Stop(delErr)
-			}
-			return fmt.Errorf("created without the webhook (%v)", err)
-		default:
-			return fmt.Errorf("not in the webhook yet")
-		}
+	createHeld(t, hook, "the create of Service "+svc.Name, func(ctx context.Context) error {
+		_, err := c.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	}, func(ctx context.Context) error {
+		return c.CoreV1().Services("default").Delete(ctx, svc.Name, metav1.DeleteOptions{})
 	})
 	return release
 }

@@ -907,3 +907,32 @@ func TestWebhookReinvocation(t *testing.T) {
 		return nil
 	})
 }
+
+// createHeld runs create in the background until a call of it waits in
+// hook's slow webhook, and returns the channel its result arrives on. A
+// call the server answered without the webhook (made before the server
+// knew of it) is undone and made again.
+func createHeld(t *testing.T, hook *hookServer, what string, create, undo func(context.Context) error) <-chan error {
+	t.Helper()
+	var done chan error
+	framework.Eventually(t, framework.DefaultTimeout, what+" held in the webhook", func(ctx context.Context) error {
+		if done == nil {
+			done = make(chan error, 1)
+			go func() { done <- create(context.Background()) }()
+		}
+		if hook.slow.Load() > 0 {
+			return nil
+		}
+		select {
+		case err := <-done:
+			done = nil
+			if undoErr := undo(ctx); undoErr != nil && !apierrors.IsNotFound(undoErr) {
+				return framework.Stop(undoErr)
+			}
+			return fmt.Errorf("made without the webhook (%v)", err)
+		default:
+			return fmt.Errorf("not in the webhook yet")
+		}
+	})
+	return done
+}
