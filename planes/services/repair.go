@@ -54,10 +54,16 @@ func (r *REST) NewRepair(interval time.Duration) *Repair {
 	return &Repair{rest: r, interval: interval, leaks: map[leakedItem]int{}}
 }
 
-// Run repairs every interval until ctx is done. Only one server of a
+// Run repairs every interval, the first an interval after it starts (not
+// on top of a start's own work), until ctx is done. Only one server of a
 // datastore should run it (the plane lifecycle's holder): two would count
 // sightings apart, which is harmless but twice the reads.
 func (p *Repair) Run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(p.interval):
+	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := p.Pass(ctx); err != nil && ctx.Err() == nil {
 			logrus.WithError(err).Warn("repairing service address allocations")
