@@ -727,6 +727,35 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 		// who may not create planes learns nothing about them.
 		return apierrors.NewNotFound(schema.GroupResource{Group: GVR.Group, Resource: GVR.Resource}, plane)
 	}
+	// Most often the Plane exists: created a moment ago, its create has
+	// answered and the informer has not shown it yet (a client, or a
+	// Fleet's provisioner, sends the new plane its first request at once).
+	// One read then, not a create refused and a read.
+	existing, err := m.readPlane(ctx, plane)
+	switch {
+	case err == nil:
+		// What the Plane says decides how the plane starts (from a
+		// template, a clone).
+		m.observe(existing)
+	case storage.IsNotFound(err) || errors.Is(err, errPlanesNotBuilt):
+		if err := m.createForRequest(ctx, u, plane); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	if err := m.ensure(ctx, plane); err != nil {
+		return err
+	}
+	m.setPhase(plane, Ready)
+	return nil
+}
+
+// createForRequest creates the Plane of plane for the first request of u,
+// within u's limit of such planes, and observes it (a Plane created
+// meanwhile, maybe from a template, as it is) before the reservation ends,
+// so that the limit counts it from then on.
+func (m *Manager) createForRequest(ctx context.Context, u user.Info, plane string) error {
 	name := ""
 	if u != nil {
 		name = u.GetName()
@@ -738,18 +767,12 @@ func (m *Manager) Provision(ctx context.Context, u user.Info, plane string) erro
 	defer release()
 	created, err := m.planes.Create(ctx, planeObject(plane, map[string]string{CreatedByAnnotation: name}), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		// Created meanwhile, maybe from a template: what it says decides
-		// how the plane starts.
 		created, err = m.planes.Get(ctx, plane, metav1.GetOptions{})
 	}
 	if err != nil {
 		return err
 	}
 	m.observe(created)
-	if err := m.ensure(ctx, plane); err != nil {
-		return err
-	}
-	m.setPhase(plane, Ready)
 	return nil
 }
 

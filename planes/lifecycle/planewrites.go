@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -9,7 +10,37 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
 )
+
+// errPlanesNotBuilt: the Planes' storage is asked for before the
+// kplane-planes post-start hook built it (a request during start-up).
+var errPlanesNotBuilt = errors.New("the Planes' storage is not built yet")
+
+// planesStore returns the storage of the root's Planes. It is built
+// before the lifecycle starts (the kplane-planes post-start hook) and never
+// released: the root's Plane CRD stays.
+func (m *Manager) planesStore() (*planestorage.Store, error) {
+	store := m.config.Storage.StorageFor(planes.Root, planeResource)
+	if store == nil {
+		return nil, errPlanesNotBuilt
+	}
+	return store, nil
+}
+
+// readPlane reads plane's Plane from the datastore (a consistent read,
+// straight from its storage).
+func (m *Manager) readPlane(ctx context.Context, plane string) (*unstructured.Unstructured, error) {
+	store, err := m.planesStore()
+	if err != nil {
+		return nil, fmt.Errorf("reading Plane %s: %w", plane, err)
+	}
+	out := &unstructured.Unstructured{}
+	if err := store.Get(planes.WithPlane(ctx, planes.Root), store.ResourcePrefix()+"/"+plane, storage.GetOptions{}, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // updatePlane changes plane's Plane with change, straight in its storage,
 // and returns the Plane's new resourceVersion. The lifecycle's own writes
@@ -18,11 +49,9 @@ import (
 // admission, schema coercion, managed fields) cost 4-6 ms each, twice per
 // reset and once per new plane.
 func (m *Manager) updatePlane(ctx context.Context, plane string, change func(*unstructured.Unstructured)) (uint64, error) {
-	// Built before the lifecycle starts (the kplane-planes post-start
-	// hook) and never released: the root's Plane CRD stays.
-	store := m.config.Storage.StorageFor(planes.Root, planeResource)
-	if store == nil {
-		return 0, fmt.Errorf("writing Plane %s: the Planes' storage is not built", plane)
+	store, err := m.planesStore()
+	if err != nil {
+		return 0, fmt.Errorf("writing Plane %s: %w", plane, err)
 	}
 	out := &unstructured.Unstructured{}
 	update := func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
