@@ -259,19 +259,28 @@ func (r *REST) recordsOf(plane string) (ips, ports *recordAllocator, err error) 
 }
 
 // recordOwners returns the planes that store allocation records of their
-// own, from the records' watch cache.
+// own, read a page at a time: a cluster IP record of a /16 range is up to
+// 8 KiB, so 10,000 planes' records in one list would be 80 MiB at once.
 func (r *REST) recordOwners(ctx context.Context) ([]string, error) {
-	list := &rangeAllocationList{}
-	err := r.records.store.GetList(planes.WithAllPlanes(ctx), r.records.prefix,
-		storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, list)
-	if err != nil {
-		return nil, fmt.Errorf("listing service address records: %w", err)
-	}
 	owners := map[string]bool{}
-	for i := range list.Items {
-		if plane := planes.OfObject(&list.Items[i]); plane != "" {
-			owners[plane] = true
+	pred := storage.Everything
+	pred.Limit = recordsPage
+	for {
+		list := &rangeAllocationList{}
+		err := r.records.store.GetList(planes.WithAllPlanes(ctx), r.records.prefix,
+			storage.ListOptions{Recursive: true, Predicate: pred}, list)
+		if err != nil {
+			return nil, fmt.Errorf("listing service address records: %w", err)
 		}
+		for i := range list.Items {
+			if plane := planes.OfObject(&list.Items[i]); plane != "" {
+				owners[plane] = true
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		pred.Continue = list.Continue
 	}
 	out := make([]string, 0, len(owners))
 	for plane := range owners {
@@ -280,3 +289,6 @@ func (r *REST) recordOwners(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// recordsPage is how many records one read of recordOwners returns.
+const recordsPage = 500
