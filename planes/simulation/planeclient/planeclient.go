@@ -90,9 +90,10 @@ func isEventWrite(req *http.Request) bool {
 	if req.Method == http.MethodGet || req.Method == http.MethodDelete {
 		return false
 	}
+	// .../namespaces/<ns>/events[/<name>]
 	segments := strings.Split(req.URL.Path, "/")
 	for i, s := range segments {
-		if s == "events" && i >= len(segments)-2 {
+		if s == "events" && i >= 2 && segments[i-2] == "namespaces" && i >= len(segments)-2 {
 			return true
 		}
 	}

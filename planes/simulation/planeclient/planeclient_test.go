@@ -109,6 +109,24 @@ func TestPlanelessEventRefused(t *testing.T) {
 	}
 }
 
+func TestEventWrites(t *testing.T) {
+	for req, want := range map[string]bool{
+		"POST /api/v1/namespaces/default/events":                     true,
+		"PATCH /api/v1/namespaces/default/events/web.1":              true,
+		"PUT /apis/events.k8s.io/v1/namespaces/default/events/web.1": true,
+		"GET /api/v1/namespaces/default/events":                      false,
+		"POST /api/v1/namespaces/events/pods":                        false,
+		"PATCH /api/v1/namespaces/events/configmaps/events":          false,
+		"DELETE /api/v1/namespaces/default/events/web.1":             false,
+	} {
+		method, path, _ := strings.Cut(req, " ")
+		r, _ := http.NewRequest(method, "https://x"+path, nil)
+		if got := isEventWrite(r); got != want {
+			t.Errorf("isEventWrite(%s) = %v, want %v", req, got, want)
+		}
+	}
+}
+
 func TestDerivedStatusPaths(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/apis/apps/v1/namespaces/default/deployments/web/status":                               true,
