@@ -146,13 +146,34 @@ func (a *recordAllocator) load(ctx context.Context, rec *api.RangeAllocation) (*
 
 // update applies change to the plane's record.
 func (a *recordAllocator) update(change func(*allocator.AllocationBitmap) error) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	ctx, cancel := a.context()
 	defer cancel()
-	err := a.records.store.GuaranteedUpdate(ctx, a.records.key(a.name), &api.RangeAllocation{}, true, nil,
+	err := a.swap(ctx, true, nil, change)
+	if errors.Is(err, errUnableToAllocate) {
+		return err
+	}
+	if err != nil {
+		return storeerr.InterpretUpdateError(err, AllocationsResource, a.name)
+	}
+	return nil
+}
+
+// swap applies change to the bitmap of the plane's record and writes it
+// back with a compare-and-swap, again on conflict; a record absent is
+// created when ignoreNotFound, and accept (when set) may refuse the record
+// as found before it is changed.
+func (a *recordAllocator) swap(ctx context.Context, ignoreNotFound bool, accept func(*api.RangeAllocation) error,
+	change func(*allocator.AllocationBitmap) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.records.store.GuaranteedUpdate(ctx, a.records.key(a.name), &api.RangeAllocation{}, ignoreNotFound, nil,
 		storage.SimpleUpdate(func(input runtime.Object) (runtime.Object, error) {
 			rec := input.(*api.RangeAllocation)
+			if accept != nil {
+				if err := accept(rec); err != nil {
+					return nil, err
+				}
+			}
 			bitmap, err := a.load(ctx, rec)
 			if err != nil {
 				return nil, err
@@ -165,13 +186,6 @@ func (a *recordAllocator) update(change func(*allocator.AllocationBitmap) error)
 			rec.Range, rec.Data = bitmap.Snapshot()
 			return rec, nil
 		}), nil)
-	if errors.Is(err, errUnableToAllocate) {
-		return err
-	}
-	if err != nil {
-		return storeerr.InterpretUpdateError(err, AllocationsResource, a.name)
-	}
-	return nil
 }
 
 // read returns the plane's current bitmap without changing it.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -210,32 +209,25 @@ func (p *Repair) compare(a *recordAllocator, stored, inUse *allocator.Allocation
 // rewrite frees and takes items of a's record if it is still at
 // resourceVersion.
 func (a *recordAllocator) rewrite(ctx context.Context, resourceVersion string, free, take []int) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.records.store.GuaranteedUpdate(ctx, a.records.key(a.name), &api.RangeAllocation{}, false, nil,
-		storage.SimpleUpdate(func(input runtime.Object) (runtime.Object, error) {
-			rec := input.(*api.RangeAllocation)
-			if rec.ResourceVersion != resourceVersion {
-				return nil, errRecordChanged
+	unchanged := func(rec *api.RangeAllocation) error {
+		if rec.ResourceVersion != resourceVersion {
+			return errRecordChanged
+		}
+		return nil
+	}
+	return a.swap(ctx, false, unchanged, func(bitmap *allocator.AllocationBitmap) error {
+		for _, offset := range free {
+			if err := bitmap.Release(offset); err != nil {
+				return err
 			}
-			bitmap, err := a.load(ctx, rec)
-			if err != nil {
-				return nil, err
+		}
+		for _, offset := range take {
+			if _, err := bitmap.Allocate(offset); err != nil {
+				return err
 			}
-			for _, offset := range free {
-				if err := bitmap.Release(offset); err != nil {
-					return nil, err
-				}
-			}
-			for _, offset := range take {
-				if _, err := bitmap.Allocate(offset); err != nil {
-					return nil, err
-				}
-			}
-			a.free.Store(int64(bitmap.Free()))
-			rec.Range, rec.Data = bitmap.Snapshot()
-			return rec, nil
-		}), nil)
+		}
+		return nil
+	})
 }
 
 // recordsOf returns the allocators of plane's two records, with the
