@@ -24,7 +24,6 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	restclient "k8s.io/client-go/rest"
 
@@ -148,68 +147,3 @@ func setBody(req *http.Request, body []byte) {
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
 }
 
-// rewrite applies f to every namespace and node name of a JSON body.
-func rewrite(r io.ReadCloser, f func(string) string) ([]byte, error) {
-	defer r.Close()
-	raw, err := io.ReadAll(r)
-	if err != nil || len(bytes.TrimSpace(raw)) == 0 {
-		return raw, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		// Not a JSON document after all: leave it to the server to judge.
-		return raw, nil
-	}
-	walk(doc, f)
-	return json.Marshal(doc)
-}
-
-// opaque maps hold user keys, never object references.
-var opaque = map[string]bool{
-	"labels": true, "annotations": true, "matchLabels": true, "selector": true,
-	"nodeSelector": true, "data": true, "stringData": true, "binaryData": true,
-}
-
-func walk(v any, f func(string) string) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, child := range v {
-			if opaque[k] {
-				continue
-			}
-			if s, ok := child.(string); ok && (k == "namespace" || k == "nodeName") {
-				v[k] = f(s)
-				continue
-			}
-			if k == "matchFields" {
-				nodeNames(child, f)
-				continue
-			}
-			walk(child, f)
-		}
-	case []any:
-		for _, child := range v {
-			walk(child, f)
-		}
-	}
-}
-
-// nodeNames applies f to the node names of a node selector's matchFields
-// (a DaemonSet's Pod names its node there).
-func nodeNames(matchFields any, f func(string) string) {
-	terms, _ := matchFields.([]any)
-	for _, t := range terms {
-		term, _ := t.(map[string]any)
-		if term["key"] != metav1.ObjectNameField {
-			continue
-		}
-		values, _ := term["values"].([]any)
-		for i, v := range values {
-			if s, ok := v.(string); ok {
-				values[i] = f(s)
-			}
-		}
-	}
-}
