@@ -146,4 +146,3 @@ func setBody(req *http.Request, body []byte) {
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
 }
-
