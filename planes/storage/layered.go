@@ -320,6 +320,21 @@ func (s *Store) createLayered(ctx context.Context, plane string, chain []string,
 	if err != nil {
 		return err
 	}
+	// A name neither the plane's watch cache nor its templates hold is
+	// created at once, without reading the datastore first: the datastore
+	// refuses the create if a record is there after all (one the cache has
+	// not seen yet, a tombstone included), and the create is then decided
+	// from the datastore. Templates are read-only while used: their caches
+	// are whole.
+	if s.absentFromCaches(ctx, plane, chain, key) {
+		err := s.Interface.Create(ctx, scoped, obj, out, ttl)
+		if err == nil {
+			return served(out, plane)
+		}
+		if !storage.IsExist(err) {
+			return err
+		}
+	}
 	return s.decide(ctx, plane, chain, key, storage.NewKeyExistsError(scoped, 0), func(own, below runtime.Object) error {
 		switch {
 		case own != nil && !IsTombstone(own), own == nil && below != nil:
@@ -332,6 +347,17 @@ func (s *Store) createLayered(ctx context.Context, plane string, chain []string,
 		}
 		return s.recreate(ctx, plane, scoped, obj, out)
 	})
+}
+
+// absentFromCaches reports whether the watch caches of plane and of its
+// templates hold nothing at key.
+func (s *Store) absentFromCaches(ctx context.Context, plane string, chain []string, key string) bool {
+	own, err := s.record(ctx, plane, key, storage.GetOptions{ResourceVersion: "0"})
+	if err != nil || own != nil {
+		return false
+	}
+	below, err := s.inherited(ctx, chain, key)
+	return err == nil && below == nil
 }
 
 // recreate creates obj again over the plane's tombstone: the record is
