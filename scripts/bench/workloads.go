@@ -98,7 +98,9 @@ func workloadsScenario(binary string, p workloadsParams) (Result, error) {
 		if err := oldRollout(p, figures); err != nil {
 			return Result{}, fmt.Errorf("old binary: %w", err)
 		}
-		notes = append(notes, fmt.Sprintf("the old binary, right after on a server of its own: all Available in %.1f s", figures["old_all_available_seconds"]))
+		notes = append(notes, fmt.Sprintf("the old binary, right after on a server of its own: all Available in %.1f s", figures["old_all_available_seconds"]),
+			fmt.Sprintf("server CPU for the rollout: %.1f s, the old binary's %.1f s (rollout_server_cpu_seconds: user and system time of the server process from the first create until all are Available)",
+				figures["rollout_server_cpu_seconds"], figures["old_rollout_server_cpu_seconds"]))
 	}
 	notes = append(notes,
 		fmt.Sprintf("idle plane: %+.1f KiB of heap with the simulation on against off; goroutines with %d idle planes: %.0f on, %.0f off",
@@ -128,7 +130,7 @@ func oldRollout(p workloadsParams, figures map[string]float64) error {
 	if err := deployEverywhere(s, p, old); err != nil {
 		return err
 	}
-	for _, name := range []string{"all_available_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms"} {
+	for _, name := range []string{"all_available_seconds", "rollout_server_cpu_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms"} {
 		figures["old_"+name] = old[name]
 	}
 	return nil
@@ -159,6 +161,10 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 			return err
 		}
 	}
+	cpuBefore, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	for _, plane := range names {
 		wg.Add(1)
 		go func() {
@@ -179,6 +185,11 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 		return err
 	}
 	figures["all_available_seconds"] = time.Since(began).Seconds()
+	cpuAfter, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	figures["rollout_server_cpu_seconds"] = cpuAfter - cpuBefore
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
 			return err
