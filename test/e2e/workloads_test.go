@@ -297,6 +297,11 @@ func TestWorkloadsIsolation(t *testing.T) {
 	rollout(t, s, b, "web")
 	s.MustKubectl(t, a, "", "create", "deployment", "web", "--image=nginx", "--replicas=1")
 	rollout(t, s, a, "web")
+	// What the controllers wrote to the plane while it was deleted was
+	// refused as writes to a terminating namespace: no error lines.
+	if refused := linesWith(linesWith(s.Log(), "Server rejected event"), a+"|"); refused != "" {
+		t.Errorf("events of deleted plane %s logged as errors:\n%s", a, refused)
+	}
 }
 
 // TestWorkloadsRestart: a server killed mid-rollout converges after a

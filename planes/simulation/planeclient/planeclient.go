@@ -10,7 +10,10 @@
 // the ones its listers hold. Requests that name no plane go to the plane in
 // their context (loopback.Routed) and are refused without one; an Event
 // without one gets a BadRequest Status instead, which the controllers'
-// event recorders do not retry. JSON only: bodies are rewritten as JSON.
+// event recorders do not retry. A write refused because its plane is being
+// deleted answers as a write to a terminating namespace (the plane is part
+// of the namespace the controllers see). JSON only: bodies are rewritten
+// as JSON.
 package planeclient
 
 import (
@@ -65,6 +68,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := u.next.RoundTrip(out)
 	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {
 		resp, err = u.reapplyStatus(out, body, resp)
+	}
+	if err == nil && resp.StatusCode == http.StatusConflict {
+		resp, err = planeDeleted(resp)
 	}
 	if err != nil || req.URL.Query().Get("watch") == "true" || !isJSON(resp.Header.Get("Content-Type")) {
 		return resp, err

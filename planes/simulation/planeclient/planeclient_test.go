@@ -3,6 +3,7 @@ package planeclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
 )
 
@@ -155,6 +158,41 @@ func TestNodeNamesOfMatchFieldsUnfolded(t *testing.T) {
 	for _, want := range []string{`"namespace":"default"`, `"nodeName":"kplane-node-1"`, `"values":["kplane-node-0"]`, `"values":["p|kept"]`, `"namespace":"p|x"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("rewritten body lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// conflictServer answers every request with status as a 409.
+func conflictServer(t *testing.T, status *apierrors.StatusError) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		body := status.Status()
+		body.Kind, body.APIVersion = "Status", "v1"
+		if err := json.NewEncoder(w).Encode(body); err != nil {
+			t.Error(err)
+		}
+	}))
+}
+
+func TestPlaneBeingDeletedIsATerminatingNamespace(t *testing.T) {
+	deleted := apierrors.NewConflict(schema.GroupResource{Group: lifecycle.GVR.Group, Resource: lifecycle.GVR.Resource},
+		"p1", errors.New("the plane is being deleted"))
+	exists := apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pods"}, "web")
+	for _, tc := range []struct {
+		answer      *apierrors.StatusError
+		terminating bool
+	}{{deleted, true}, {exists, false}} {
+		srv := conflictServer(t, tc.answer)
+		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL})))
+		_, err := client.CoreV1().Pods("p1|default").Create(context.Background(),
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "p1|default"}}, metav1.CreateOptions{})
+		srv.Close()
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("answer %v: error %v, want the 409", tc.answer, err)
+		}
+		if got := apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause); got != tc.terminating {
+			t.Errorf("answer %v: NamespaceTerminating cause %v, want %v (error %#v)", tc.answer, got, tc.terminating, err)
 		}
 	}
 }
