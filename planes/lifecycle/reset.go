@@ -73,7 +73,11 @@ func (m *Manager) Reset(ctx context.Context, plane string) error {
 		m.mu.Unlock()
 		return err
 	}
-	m.holdForReset(plane)
+	// finishReset holds the plane's requests itself. A hold taken here
+	// leaked when the Plane informer's reconcile of the mark had already
+	// finished the reset: finishReset then returns at once, nothing
+	// released the hold, and every request to the plane waited until its
+	// timeout (the next reset let them in).
 	return m.finishReset(ctx, plane, markedAt)
 }
 

@@ -1015,3 +1015,88 @@ func TestResetKeepsPlaneCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWritesRightAfterReset: the writes that follow a reset at once, while
+// the watch caches may still hold the records it removed, see the
+// template's state. An inherited object the member had changed or deleted
+// updates from the template's version (not 404, not a conflict with the
+// removed copy); a name the member had created can be created again; a
+// name the template shows cannot.
+func TestWritesRightAfterReset(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, member := uniquePlane(t, "ar-tmpl"), uniquePlane(t, "ar-member")
+	createPlane(t, s, tmpl, "")
+	tc := s.Client(t, tmpl)
+	if _, err := tc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"changed", "deleted"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "template"}}
+		if _, err := tc.CoreV1().ConfigMaps("shop").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Inherited objects keep the template's resourceVersion: an update
+	// sent right after the reset, with no read in between, names it.
+	inherited := map[string]*corev1.ConfigMap{}
+	for _, name := range []string{"changed", "deleted"} {
+		cm, err := tc.CoreV1().ConfigMaps("shop").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inherited[name] = cm
+	}
+	createPlane(t, s, member, tmpl)
+	cms := s.Client(t, member).CoreV1().ConfigMaps("shop")
+	update := func(round int, name, value string) {
+		t.Helper()
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("round %d: get %s: %v", round, name, err)
+		}
+		cm.Data = map[string]string{"v": value}
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("round %d: update %s: %v", round, name, err)
+		}
+	}
+	for round := 1; round <= 30; round++ {
+		update(round, "changed", "episode")
+		if err := cms.Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("round %d: delete: %v", round, err)
+		}
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "created"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d: create: %v", round, err)
+		}
+		if code := resetPlane(t, s, member); code != http.StatusOK {
+			t.Fatalf("round %d: reset: HTTP %d", round, code)
+		}
+		for _, name := range []string{"deleted", "changed"} {
+			cm := inherited[name].DeepCopy()
+			cm.Data = map[string]string{"v": "after reset"}
+			if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("round %d: update of %s right after the reset: %v", round, name, err)
+			}
+		}
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "created"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d: create again after the reset: %v", round, err)
+		}
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "deleted"}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("round %d: create of a name the template shows: %v, want AlreadyExists", round, err)
+		}
+		// The next round starts from the template's state again.
+		if code := resetPlane(t, s, member); code != http.StatusOK {
+			t.Fatalf("round %d: second reset: HTTP %d", round, code)
+		}
+		for _, name := range []string{"changed", "deleted"} {
+			if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err != nil || cm.Data["v"] != "template" {
+				t.Fatalf("round %d: %s after the reset: %v %v, want the template's", round, name, cm.Data, err)
+			}
+		}
+	}
+	if got, err := tc.CoreV1().ConfigMaps("shop").Get(ctx, "changed", metav1.GetOptions{}); err != nil || got.Data["v"] != "template" {
+		t.Fatalf("the template changed: %v %v", got.Data, err)
+	}
+}
