@@ -96,56 +96,37 @@ func (s *scanner) value() error {
 	case '[':
 		return s.array()
 	case '"':
-		_, _, err := s.str()
+		_, err := s.str()
 		return err
 	default:
 		return s.literal()
 	}
 }
 
-func (s *scanner) nest() error {
+// container scans an object or array: element for each of its members,
+// separated by commas, up to close.
+func (s *scanner) container(close byte, element func() error) error {
 	if s.depth++; s.depth > maxDepth {
 		return errSyntax
 	}
-	return nil
-}
-
-func (s *scanner) object() error {
-	if err := s.nest(); err != nil {
-		return err
-	}
-	s.pos++ // {
+	s.pos++ // { or [
 	s.space()
-	if s.pos < len(s.in) && s.in[s.pos] == '}' {
+	if s.pos < len(s.in) && s.in[s.pos] == close {
 		s.pos++
 		s.depth--
 		return nil
 	}
 	for {
-		s.space()
-		if s.pos >= len(s.in) || s.in[s.pos] != '"' {
-			return errSyntax
-		}
-		key, _, err := s.str()
-		if err != nil {
+		if err := element(); err != nil {
 			return err
 		}
 		s.space()
-		if s.pos >= len(s.in) || s.in[s.pos] != ':' {
+		switch {
+		case s.pos >= len(s.in):
 			return errSyntax
-		}
-		s.pos++
-		if err := s.member(key); err != nil {
-			return err
-		}
-		s.space()
-		if s.pos >= len(s.in) {
-			return errSyntax
-		}
-		switch s.in[s.pos] {
-		case ',':
+		case s.in[s.pos] == ',':
 			s.pos++
-		case '}':
+		case s.in[s.pos] == close:
 			s.pos++
 			s.depth--
 			return nil
@@ -154,6 +135,27 @@ func (s *scanner) object() error {
 		}
 	}
 }
+
+func (s *scanner) object() error {
+	return s.container('}', func() error {
+		s.space()
+		if s.pos >= len(s.in) || s.in[s.pos] != '"' {
+			return errSyntax
+		}
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		s.space()
+		if s.pos >= len(s.in) || s.in[s.pos] != ':' {
+			return errSyntax
+		}
+		s.pos++
+		return s.member(key)
+	})
+}
+
+func (s *scanner) array() error { return s.container(']', s.value) }
 
 // member scans the value of key in an object.
 func (s *scanner) member(key string) error {
@@ -165,7 +167,7 @@ func (s *scanner) member(key string) error {
 	case key == "namespace" || key == "nodeName":
 		if s.pos < len(s.in) && s.in[s.pos] == '"' {
 			start := s.pos
-			v, _, err := s.str()
+			v, err := s.str()
 			if err != nil {
 				return err
 			}
@@ -178,43 +180,11 @@ func (s *scanner) member(key string) error {
 	return s.value()
 }
 
-func (s *scanner) array() error {
-	if err := s.nest(); err != nil {
-		return err
-	}
-	s.pos++ // [
-	s.space()
-	if s.pos < len(s.in) && s.in[s.pos] == ']' {
-		s.pos++
-		s.depth--
-		return nil
-	}
-	for {
-		if err := s.value(); err != nil {
-			return err
-		}
-		s.space()
-		if s.pos >= len(s.in) {
-			return errSyntax
-		}
-		switch s.in[s.pos] {
-		case ',':
-			s.pos++
-		case ']':
-			s.pos++
-			s.depth--
-			return nil
-		default:
-			return errSyntax
-		}
-	}
-}
-
-// str scans the string at pos and returns its value; escaped tells that
-// the value was decoded from escapes.
-func (s *scanner) str() (value string, escaped bool, err error) {
+// str scans the string at pos and returns its value.
+func (s *scanner) str() (string, error) {
 	start := s.pos
 	s.pos++ // "
+	escaped := false
 	for s.pos < len(s.in) {
 		switch s.in[s.pos] {
 		case '\\':
@@ -223,17 +193,18 @@ func (s *scanner) str() (value string, escaped bool, err error) {
 		case '"':
 			s.pos++
 			if !escaped {
-				return string(s.in[start+1 : s.pos-1]), false, nil
+				return string(s.in[start+1 : s.pos-1]), nil
 			}
+			var value string
 			if err := json.Unmarshal(s.in[start:s.pos], &value); err != nil {
-				return "", true, errSyntax
+				return "", errSyntax
 			}
-			return value, true, nil
+			return value, nil
 		default:
 			s.pos++
 		}
 	}
-	return "", escaped, errSyntax
+	return "", errSyntax
 }
 
 // literal scans a number, true, false or null; the server judges its form.
