@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -41,7 +42,10 @@ type Registry struct {
 	custom     map[string]*sharedStorage
 	transforms map[schema.GroupResource]Transform
 	uncached   map[schema.GroupResource]bool
-	onNew      []func(*Store)
+	// buildsCaches: the registry builds every watch cache itself
+	// (CacheEveryResource).
+	buildsCaches bool
+	onNew        []func(*Store)
 	// contentOf names the CRD content a plane serves a custom resource
 	// with; set once by the CRD server.
 	contentOf atomic.Pointer[ContentResolver]
@@ -94,6 +98,16 @@ func (r *Registry) SetCacheTransform(resource schema.GroupResource, transform Tr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.transforms[resource] = transform
+}
+
+// CacheEveryResource makes the registry build the watch cache of every
+// resource the server would cache, as upstream builds it, keeping the
+// datastore behind each cache for the watches the cache's history no
+// longer reaches (watchShared). Call it before any registry is built.
+func (r *Registry) CacheEveryResource() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buildsCaches = true
 }
 
 // SetUncached makes the storage of resource read and watch the datastore
@@ -267,11 +281,12 @@ func (r *Registry) build(resource schema.GroupResource, inner generic.StorageDec
 	// The upstream trigger (pods by spec.nodeName, for kubelets) has no
 	// use here; the plane is the one dimension every watcher is scoped by.
 	trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
-	if transform, ok := r.transforms[resource]; ok {
-		inner = cachedStorage(transform)
-	}
-	if r.uncached[resource] {
+	transform, transformed := r.transforms[resource]
+	switch {
+	case r.uncached[resource]:
 		inner = generic.UndecoratedStorage
+	case transformed || (r.buildsCaches && !undecorated(inner)):
+		inner = cachedStorage(transform)
 	}
 	return inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc, withPlaneField(getAttrsFunc), trigger, indexers)
 }
@@ -346,4 +361,10 @@ func withPlaneField(attrs storage.AttrFunc) storage.AttrFunc {
 		f[PlaneField] = planes.OfObject(obj)
 		return l, f, nil
 	}
+}
+
+// undecorated reports whether d is upstream's storage without a watch
+// cache, what the server hands out when its watch cache is off.
+func undecorated(d generic.StorageDecorator) bool {
+	return reflect.ValueOf(d).Pointer() == reflect.ValueOf(generic.UndecoratedStorage).Pointer()
 }

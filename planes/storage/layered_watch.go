@@ -51,7 +51,7 @@ func (s *Store) watchLayered(ctx context.Context, plane string, chain []string, 
 	// is DELETED with its previous content. Tombstones keep the deleted
 	// object's last state, so they match as it did.
 	inner.Predicate = planePredicate(pred, plane)
-	w, err := s.Interface.Watch(ctx, scoped, inner)
+	w, err := s.watchShared(ctx, scoped, inner)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 
 	"kplane.dev/kplane/planes"
 )
@@ -65,7 +64,7 @@ func (s *Store) NewList() runtime.Object { return s.newListFunc() }
 // Cached reports whether reads at resourceVersion "0" and watches of this
 // storage are served by its watch cache (memory) rather than the datastore.
 func (s *Store) Cached() bool {
-	_, ok := s.Interface.(*cacherstorage.CacheDelegator)
+	_, ok := s.Interface.(*cachedStore)
 	return ok
 }
 
@@ -159,7 +158,7 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if plane != "" {
 		opts.Predicate = planePredicate(opts.Predicate, plane)
 	}
-	return s.Interface.Watch(ctx, scoped, opts)
+	return s.watchShared(ctx, scoped, opts)
 }
 
 // Get implements storage.Interface.

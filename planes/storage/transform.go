@@ -20,9 +20,12 @@ import (
 // many planes (the schemas of identical CRDs).
 type Transform func(obj runtime.Object)
 
-// cachedStorage is the upstream cached storage (a watch cache in front of
-// the datastore) with transform applied to every object the cache loads.
-// Reads that bypass the cache and all writes use the datastore as is.
+// cachedStorage is upstream's cached storage (a watch cache in front of
+// the datastore, as generic.StorageWithCacher builds it), with transform,
+// when not nil, applied to every object the cache loads and the writes
+// through such a storage giving their plane's seat up while they wait on
+// the datastore (yielding). Reads that bypass the cache and all writes use
+// the datastore as is.
 func cachedStorage(transform Transform) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
@@ -38,8 +41,12 @@ func cachedStorage(transform Transform) generic.StorageDecorator {
 		if err != nil {
 			return nil, nil, err
 		}
+		var cacheSource, writes storage.Interface = raw, raw
+		if transform != nil {
+			cacheSource, writes = &transforming{Interface: raw, transform: transform}, yielding{raw}
+		}
 		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-			Storage:             &transforming{Interface: raw, transform: transform},
+			Storage:             cacheSource,
 			Versioner:           storage.APIObjectVersioner{},
 			GroupResource:       config.GroupResource,
 			EventsHistoryWindow: config.EventsHistoryWindow,
@@ -56,8 +63,8 @@ func cachedStorage(transform Transform) generic.StorageDecorator {
 			destroyRaw()
 			return nil, nil, err
 		}
-		delegator := cacherstorage.NewCacheDelegator(cacher, yielding{raw})
-		return delegator, func() {
+		delegator := cacherstorage.NewCacheDelegator(cacher, writes)
+		return &cachedStore{CacheDelegator: delegator, datastore: raw}, func() {
 			delegator.Stop()
 			cacher.Stop()
 			destroyRaw()

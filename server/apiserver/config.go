@@ -277,6 +277,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 // rules.
 func newPlaneStorage() *planestorage.Registry {
 	stores := planestorage.NewRegistry()
+	stores.CacheEveryResource()
 	stores.SetCacheTransform(apiextensionsv1.Resource("customresourcedefinitions"), crds.NewSchemas().Intern)
 	rules := planestorage.NewInterner()
 	stores.SetCacheTransform(rbacv1.Resource("clusterroles"), internRules(rules))

@@ -1,0 +1,103 @@
+package storage
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
+)
+
+// cachedStore is the cached storage of one resource: upstream's cache
+// delegator, and the datastore behind it for the watches the cache's
+// history no longer reaches.
+type cachedStore struct {
+	*cacherstorage.CacheDelegator
+	datastore storage.Interface
+}
+
+// watchShared opens a watch of the storage shared by every plane. When its
+// watch cache answers that the resourceVersion is older than its history
+// but the datastore still holds it, the watch is served by the datastore
+// from that resourceVersion instead: a client resuming a watch then gets
+// every later event rather than a 410 and a relist. The cache's history is
+// one window for all planes (a busy plane pushes an idle plane's events out
+// of it) and starts afresh at each server start, so without this a watch
+// resumed across a restart, or on a quiet plane of a busy server, would
+// fail where the datastore can serve it. A resourceVersion the datastore
+// compacted still ends in 410, from the datastore.
+func (s *Store) watchShared(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	w, err := s.Interface.Watch(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	cached, ok := s.Interface.(*cachedStore)
+	if !ok || opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
+		return w, nil
+	}
+	// The cache answers a resourceVersion it cannot serve with a watch
+	// that already holds its one error event; any other watch is handed
+	// on untouched, or with the event this look took from it.
+	select {
+	case ev, open := <-w.ResultChan():
+		if !open {
+			return watch.NewEmptyWatch(), nil
+		}
+		if !beyondCacheHistory(ev) {
+			return prepended(ev, w), nil
+		}
+		w.Stop()
+		return cached.datastore.Watch(ctx, key, opts)
+	default:
+		return w, nil
+	}
+}
+
+// beyondCacheHistory reports whether ev is the watch cache's 410 for a
+// resourceVersion older than the events it keeps.
+func beyondCacheHistory(ev watch.Event) bool {
+	if ev.Type != watch.Error {
+		return false
+	}
+	status, ok := ev.Object.(*metav1.Status)
+	return ok && status.Reason == metav1.StatusReasonExpired &&
+		strings.HasPrefix(status.Message, "too old resource version")
+}
+
+// prepended is w with ev delivered before its own events.
+func prepended(ev watch.Event, w watch.Interface) watch.Interface {
+	result := make(chan watch.Event)
+	stopped := make(chan struct{})
+	out := &forwarding{Interface: w, result: result, stopped: stopped}
+	go func() {
+		defer close(result)
+		for next, open := ev, true; open; next, open = <-w.ResultChan() {
+			select {
+			case result <- next:
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// forwarding is a watch whose events a goroutine forwards from another.
+type forwarding struct {
+	watch.Interface
+	result  chan watch.Event
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (f *forwarding) ResultChan() <-chan watch.Event { return f.result }
+
+func (f *forwarding) Stop() {
+	f.once.Do(func() {
+		close(f.stopped)
+		f.Interface.Stop()
+	})
+}
