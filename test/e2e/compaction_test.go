@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
@@ -187,5 +189,22 @@ func survivesKillAfterCompaction(t *testing.T, ctx context.Context, s *framework
 		if got[name] != version {
 			t.Fatalf("after kill -9: %s is %q, want %q", name, got[name], version)
 		}
+	}
+	// The restarted server's watch caches begin after probe's revision,
+	// which the datastore has compacted away: a watch from it is 410, as
+	// upstream answers, not a watch that silently misses events.
+	w, err := restarted.Watch(ctx, metav1.ListOptions{ResourceVersion: probe.ResourceVersion})
+	if err == nil {
+		defer w.Stop()
+		select {
+		case ev := <-w.ResultChan():
+			if status, ok := ev.Object.(*metav1.Status); ev.Type != watch.Error || !ok || status.Code != http.StatusGone {
+				t.Fatalf("watch from compacted resourceVersion %s: first event %s %v, want a 410 error", probe.ResourceVersion, ev.Type, ev.Object)
+			}
+		case <-time.After(framework.DefaultTimeout):
+			t.Fatalf("watch from compacted resourceVersion %s: no event, want a 410 error", probe.ResourceVersion)
+		}
+	} else if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Fatalf("watch from compacted resourceVersion %s: %v, want 410", probe.ResourceVersion, err)
 	}
 }
