@@ -21,11 +21,12 @@ import (
 type Transform func(obj runtime.Object)
 
 // cachedStorage is upstream's cached storage (a watch cache in front of
-// the datastore, as generic.StorageWithCacher builds it), with transform,
-// when not nil, applied to every object the cache loads and the writes
-// through such a storage giving their plane's seat up while they wait on
-// the datastore (yielding). Reads that bypass the cache and all writes use
-// the datastore as is.
+// the datastore, as generic.StorageWithCacher builds it). With a
+// transform, it is applied to every object the cache loads, and writes
+// give their plane's seat up while they wait on the datastore (yielding);
+// without one, the storage is upstream's as is (ARCHITECTURE.md says why
+// not every write yields). Reads that bypass the cache use the datastore
+// as is.
 func cachedStorage(transform Transform) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,

@@ -140,7 +140,7 @@ func parseFlags() *benchFlags {
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
 	flag.Var(&f.noisySeats, "noisy-seats", "further --plane-fairness-seats the noisy-neighbor scenario measures (comma-separated)")
-	f.profileDir = flag.String("profile-dir", "", "write a heap profile of the server after each scenario into this directory")
+	f.profileDir = flag.String("profile-dir", "", "write profiles of the server into this directory: its heap after each scenario, its CPU during the timed part of fleet, plain-planes, workloads and scenarios")
 	f.side.register(flag.CommandLine)
 	flag.Parse()
 	return f
@@ -188,7 +188,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = containerScenario(bin, containerParams{Planes: *f.containerPlanes, OldBinary: *f.oldBinary})
 	case "scenarios":
 		res, err = scenariosScenario(bin, scenariosParams{Objects: *f.scenarioObjects, Members: *f.scenarioMembers,
-			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary})
+			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary, ProfileDir: *f.profileDir})
 	case "workloads":
 		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir, Old: *f.oldBinary})
 	case "member-workloads":

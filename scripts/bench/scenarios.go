@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -30,6 +31,9 @@ type scenariosParams struct {
 	Changes, Resets int
 	// Old is an earlier binary whose resets are measured the same way.
 	Old string
+	// ProfileDir, when set, receives a CPU profile of the server while
+	// the Fleet's members are made.
+	ProfileDir string
 }
 
 // scenariosScenario measures planes as layers side by side with the
@@ -184,6 +188,13 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 	fleet := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Fleet",
 		"metadata": map[string]any{"name": "episodes"},
 		"spec":     map[string]any{"replicas": int64(p.Members), "template": "scenario", "namePrefix": "ep-"}}}
+	var cpuProfile chan error
+	if p.ProfileDir != "" {
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "scenarios-fleet-cpu.pprof"), 3*time.Second)
+		}()
+	}
 	began := time.Now()
 	created, err := root.Resource(fleetsGVR).Create(ctx, fleet, metav1.CreateOptions{})
 	if err != nil {
@@ -195,6 +206,11 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 		return fmt.Errorf("fleet of template members: %w", err)
 	}
 	figures["layered_fleet_ready_seconds"] = time.Since(began).Seconds()
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			return err
+		}
+	}
 	r1, err := revision(ctx, root)
 	if err != nil {
 		return err
