@@ -38,6 +38,11 @@ type layers struct {
 	views map[string]records
 }
 
+// layers returns a reader of the planes' records from the watch cache.
+func (s *source) layers(ctx context.Context) *layers {
+	return &layers{own: func(p string) (records, error) { return s.ownRecords(ctx, p) }, views: map[string]records{}}
+}
+
 // view returns what plane shows of the resource: its own records over its
 // template's view, without what it deleted (tombstones are dropped).
 func (l *layers) view(s *source, plane string, depth int) (records, error) {
