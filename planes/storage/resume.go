@@ -44,6 +44,7 @@ func (s *Store) watchShared(ctx context.Context, key string, opts storage.ListOp
 	select {
 	case ev, open := <-w.ResultChan():
 		if !open {
+			w.Stop()
 			return watch.NewEmptyWatch(), nil
 		}
 		if !beyondCacheHistory(ev) {
