@@ -51,11 +51,11 @@ func (s *Store) watchLayered(ctx context.Context, plane string, chain []string, 
 	// is DELETED with its previous content. Tombstones keep the deleted
 	// object's last state, so they match as it did.
 	inner.Predicate = planePredicate(pred, plane)
-	w, err := s.watchShared(ctx, scoped, inner)
+	w, err := s.Interface.Watch(ctx, scoped, inner)
 	if err != nil {
 		return nil, err
 	}
-	lw := &layeredWatch{store: s, plane: plane, chain: chain, pred: pred, inner: w,
+	lw := &layeredWatch{store: s, plane: plane, chain: chain, pred: pred, inner: w, key: scoped, opts: inner,
 		result: make(chan watch.Event), done: make(chan struct{})}
 	var end runtime.Object
 	if sendInitial && pred.AllowWatchBookmarks {
@@ -82,11 +82,16 @@ func mustParse(s *Store, rv string) uint64 {
 }
 
 type layeredWatch struct {
-	store  *Store
-	plane  string
-	chain  []string
-	pred   storage.SelectionPredicate
-	inner  watch.Interface
+	store *Store
+	plane string
+	chain []string
+	pred  storage.SelectionPredicate
+	inner watch.Interface
+	// key and opts opened inner; a first event that says the cache's
+	// history does not reach opts' resourceVersion reopens it on the
+	// datastore (resumeFromDatastore).
+	key    string
+	opts   storage.ListOptions
 	result chan watch.Event
 	done   chan struct{}
 }
@@ -103,7 +108,7 @@ func (w *layeredWatch) Stop() {
 
 func (w *layeredWatch) run(ctx context.Context, initial []runtime.Object, end runtime.Object) {
 	defer close(w.result)
-	defer w.inner.Stop()
+	defer func() { w.inner.Stop() }()
 	for _, obj := range initial {
 		if !w.send(watch.Event{Type: watch.Added, Object: obj}) {
 			return
@@ -112,7 +117,7 @@ func (w *layeredWatch) run(ctx context.Context, initial []runtime.Object, end ru
 	if end != nil && !w.send(watch.Event{Type: watch.Bookmark, Object: end}) {
 		return
 	}
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-w.done:
 			return
@@ -121,6 +126,17 @@ func (w *layeredWatch) run(ctx context.Context, initial []runtime.Object, end ru
 		case ev, ok := <-w.inner.ResultChan():
 			if !ok {
 				return
+			}
+			if first {
+				if resumed, ok, err := w.store.resumeFromDatastore(ctx, w.key, w.opts, ev); ok {
+					w.inner.Stop()
+					if err != nil {
+						w.send(errorEvent(err))
+						return
+					}
+					w.inner = resumed
+					continue
+				}
 			}
 			out, keep := w.translate(ctx, ev)
 			if keep && !w.send(out) {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -19,24 +20,33 @@ type cachedStore struct {
 	datastore storage.Interface
 }
 
-// watchShared opens a watch of the storage shared by every plane. When its
-// watch cache answers that the resourceVersion is older than its history
-// but the datastore still holds it, the watch is served by the datastore
-// from that resourceVersion instead: a client resuming a watch then gets
-// every later event rather than a 410 and a relist. The cache's history is
-// one window for all planes (a busy plane pushes an idle plane's events out
-// of it) and starts afresh at each server start, so without this a watch
-// resumed across a restart, or on a quiet plane of a busy server, would
-// fail where the datastore can serve it. A resourceVersion the datastore
-// compacted still ends in 410, from the datastore.
+// resumeFromDatastore returns a watch of the datastore from opts'
+// resourceVersion when first, the first event of a watch of the storage
+// shared by every plane, is its cache's 410 for a resourceVersion older
+// than its history; ok is false for any other event. A client resuming a
+// watch then gets every later event rather than a 410 and a relist. The
+// cache's history is one window for all planes (a busy plane pushes an
+// idle plane's events out of it) and starts afresh at each server start,
+// so without this a watch resumed across a restart, or on a quiet plane
+// of a busy server, would fail where the datastore can serve it. A
+// resourceVersion the datastore compacted still ends in 410, from the
+// datastore.
+func (s *Store) resumeFromDatastore(ctx context.Context, key string, opts storage.ListOptions, first watch.Event) (w watch.Interface, ok bool, err error) {
+	cached, isCached := s.Interface.(*cachedStore)
+	if !isCached || !beyondCacheHistory(first) {
+		return nil, false, nil
+	}
+	w, err = cached.datastore.Watch(ctx, key, opts)
+	return w, true, err
+}
+
+// watchShared opens a watch of the storage shared by every plane for one
+// plane's client that does not read it through a layered watch (the root
+// plane's), resumed from the datastore as resumeFromDatastore says.
 func (s *Store) watchShared(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	w, err := s.Interface.Watch(ctx, key, opts)
-	if err != nil {
-		return nil, err
-	}
-	cached, ok := s.Interface.(*cachedStore)
-	if !ok || opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
-		return w, nil
+	if err != nil || opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
+		return w, err
 	}
 	// The cache answers a resourceVersion it cannot serve with a watch
 	// that already holds its one error event; any other watch is handed
@@ -47,14 +57,24 @@ func (s *Store) watchShared(ctx context.Context, key string, opts storage.ListOp
 			w.Stop()
 			return watch.NewEmptyWatch(), nil
 		}
-		if !beyondCacheHistory(ev) {
+		resumed, ok, err := s.resumeFromDatastore(ctx, key, opts, ev)
+		if !ok {
 			return prepended(ev, w), nil
 		}
 		w.Stop()
-		return cached.datastore.Watch(ctx, key, opts)
+		return resumed, err
 	default:
 		return w, nil
 	}
+}
+
+// errorEvent is the event that ends a watch with err.
+func errorEvent(err error) watch.Event {
+	if status, ok := err.(apierrors.APIStatus); ok {
+		s := status.Status()
+		return watch.Event{Type: watch.Error, Object: &s}
+	}
+	return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}
 }
 
 // beyondCacheHistory reports whether ev is the watch cache's 410 for a

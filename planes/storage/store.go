@@ -155,9 +155,12 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if chain := s.layered(ctx, plane); len(chain) > 0 {
 		return s.watchLayered(ctx, plane, chain, key, opts)
 	}
-	if plane != "" {
-		opts.Predicate = planePredicate(opts.Predicate, plane)
+	if plane == "" {
+		// The server's own followers of every plane list again after a
+		// 410, as upstream's do.
+		return s.Interface.Watch(ctx, scoped, opts)
 	}
+	opts.Predicate = planePredicate(opts.Predicate, plane)
 	return s.watchShared(ctx, scoped, opts)
 }
 

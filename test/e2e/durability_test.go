@@ -49,6 +49,13 @@ func durabilitySuite(t *testing.T, args []string) {
 			}
 		}
 	}
+	// The root plane is no template's member: its watches take the
+	// storage's other path, resumed the same way.
+	rootWatched := s.Client(t, "root").CoreV1().ConfigMaps("default")
+	beforeRoot, err := rootWatched.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-crash"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The last acknowledged write, right before the crash.
 	watched := s.Client(t, planeName(0)).CoreV1().ConfigMaps("default")
 	last, err := watched.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "last"}}, metav1.CreateOptions{})
@@ -128,6 +135,24 @@ func durabilitySuite(t *testing.T, args []string) {
 		if got[i] != want[i] {
 			t.Fatalf("resumed watch: got %v, want %v", got, want)
 		}
+	}
+
+	if err := rootWatched.Delete(ctx, "before-crash", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := rootWatched.Watch(ctx, metav1.ListOptions{ResourceVersion: beforeRoot.ResourceVersion,
+		FieldSelector: "metadata.name=before-crash"})
+	if err != nil {
+		t.Fatalf("resuming the root plane's watch from %s: %v", beforeRoot.ResourceVersion, err)
+	}
+	defer rw.Stop()
+	select {
+	case ev, ok := <-rw.ResultChan():
+		if !ok || ev.Type != watch.Deleted {
+			t.Fatalf("resumed watch of the root plane: %v %v, want DELETED before-crash", ev.Type, ev.Object)
+		}
+	case <-time.After(framework.DefaultTimeout):
+		t.Fatal("resumed watch of the root plane: no event, want DELETED before-crash")
 	}
 }
 
