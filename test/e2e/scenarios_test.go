@@ -896,13 +896,10 @@ func TestMemberDeltaStream(t *testing.T) {
 	createPlane(t, s, tmpl, "")
 	seedScenario(t, s.Client(t, tmpl))
 	createPlane(t, s, member, tmpl)
-	snap := mustSnapshot(t, member, "warm=true")
+	mustSnapshot(t, member, "warm=true")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	events, errs, code, body := openStream(t, ctx, member, snap.ResourceVersion)
-	if code != http.StatusOK {
-		t.Fatalf("stream: %d %s", code, body)
-	}
+	_, events, errs := streamFromFreshSnapshot(t, ctx, member)
 	c := s.Client(t, member)
 	if err := c.CoreV1().ConfigMaps("shop").Delete(ctx, "cm-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -703,28 +703,9 @@ func TestSnapshotDeltaStream(t *testing.T) {
 	setupShop(t, plane)
 	setupShop(t, other)
 	mustSnapshot(t, plane, "warm=true")
-	// A stream starts from a snapshot every cache can resume from; a cache
-	// built moments ago can take a moment to be one.
-	var first *snapshotResponse
-	var events <-chan streamEvent
-	var streamErr <-chan error
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	framework.Eventually(t, framework.DefaultTimeout, "a delta stream from a fresh snapshot", func(context.Context) error {
-		first = mustSnapshot(t, plane, "")
-		var code int
-		var body []byte
-		events, streamErr, code, body = openStream(t, ctx, plane, first.ResourceVersion)
-		err := fmt.Errorf("delta stream from %s: %d %s", first.ResourceVersion, code, body)
-		switch code {
-		case http.StatusOK:
-			return nil
-		case http.StatusGone:
-			return err
-		default:
-			return framework.Stop(err)
-		}
-	})
+	first, events, streamErr := streamFromFreshSnapshot(t, ctx, plane)
 
 	state := first.items()
 	writeRandomly(t, shared.Dynamic(t, plane), shared.Dynamic(t, other), 200)
@@ -792,6 +773,34 @@ func TestSnapshotDeltaStream(t *testing.T) {
 
 // openStream opens GET /snapshot?watch=true from rv. On 200 it returns the
 // stream's events; otherwise the code and body.
+// streamFromFreshSnapshot takes a snapshot of plane and opens its delta
+// stream from it. A stream starts from a snapshot every cache can resume
+// from; a cache built moments ago (a server just started, a custom
+// resource's storage just made) can take a moment to be one, and the
+// stream is then 410 until a later snapshot.
+func streamFromFreshSnapshot(t *testing.T, ctx context.Context, plane string) (*snapshotResponse, <-chan streamEvent, <-chan error) {
+	t.Helper()
+	var snap *snapshotResponse
+	var events <-chan streamEvent
+	var errs <-chan error
+	framework.Eventually(t, framework.DefaultTimeout, "a delta stream from a fresh snapshot", func(context.Context) error {
+		snap = mustSnapshot(t, plane, "")
+		var code int
+		var body []byte
+		events, errs, code, body = openStream(t, ctx, plane, snap.ResourceVersion)
+		err := fmt.Errorf("delta stream from %s: %d %s", snap.ResourceVersion, code, body)
+		switch code {
+		case http.StatusOK:
+			return nil
+		case http.StatusGone:
+			return err
+		default:
+			return framework.Stop(err)
+		}
+	})
+	return snap, events, errs
+}
+
 func openStream(t *testing.T, ctx context.Context, plane, rv string) (<-chan streamEvent, <-chan error, int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
