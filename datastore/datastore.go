@@ -91,3 +91,9 @@ func driverOf(endpoint string) (driver.Driver, Kind, error) {
 
 // Redact hides the password of an endpoint URL so it can be logged.
 func Redact(endpoint string) string { return driver.Redact(endpoint) }
+
+// Deletion is one record a Deleter deletes.
+type Deletion = driver.Deletion
+
+// Deleter deletes many records in one transaction.
+type Deleter = driver.Deleter

@@ -16,6 +16,7 @@ import (
 	"kplane.dev/kplane/datastore"
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/server/apiserver"
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/members"
@@ -295,9 +296,23 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
+	deleter, err := store.NewDeleter()
+	if err != nil {
+		if membersClient != nil {
+			membersClient.Close()
+		}
+		store.Close()
+		return nil, fmt.Errorf("datastore %s: %w", store.Description, err)
+	}
+	if deleter != nil {
+		apiConfig.DeleteRecords = deleteRecords(deleter)
+	}
 	closeAll := func() {
 		if membersClient != nil {
 			membersClient.Close()
+		}
+		if deleter != nil {
+			deleter.Close()
 		}
 		store.Close()
 	}
@@ -311,7 +326,18 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		closeAll()
 		return nil, err
 	}
-	return &Server{config: c, datastore: store, api: api, membersClient: membersClient}, nil
+	return &Server{config: c, datastore: store, api: api, membersClient: membersClient, deleter: deleter}, nil
+}
+
+// deleteRecords is lifecycle's Config.DeleteRecords over deleter.
+func deleteRecords(deleter *datastore.Deleter) func(context.Context, []lifecycle.DatastoreRecord) (bool, error) {
+	return func(ctx context.Context, records []lifecycle.DatastoreRecord) (bool, error) {
+		deletions := make([]datastore.Deletion, len(records))
+		for i, r := range records {
+			deletions[i] = datastore.Deletion{Key: r.Key, Revision: r.Revision}
+		}
+		return deleter.Delete(ctx, deletions)
+	}
 }
 
 // serveMembers makes the apiserver sign its CA with the join token and,

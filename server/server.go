@@ -19,6 +19,9 @@ type Server struct {
 	// membersClient serves the join requests of an embedded etcd
 	// cluster's other servers (nil: not a member of one).
 	membersClient *clientv3.Client
+	// deleter deletes records in batches for the apiserver's wipes (nil:
+	// the datastore takes one deletion per transaction).
+	deleter *datastore.Deleter
 }
 
 // Datastore describes the datastore in use.
@@ -35,6 +38,9 @@ func (s *Server) Run(ctx context.Context) error {
 	err := s.api.Run(ctx)
 	if s.membersClient != nil {
 		s.membersClient.Close()
+	}
+	if s.deleter != nil {
+		s.deleter.Close()
 	}
 	s.datastore.Close()
 	if err != nil {

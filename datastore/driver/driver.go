@@ -82,6 +82,12 @@ type Datastore struct {
 	// Endpoints and the TLS files are what an etcd client connects with.
 	Endpoints                 []string
 	CAFile, CertFile, KeyFile string
+	// BatchDeletes says the etcd API takes a batch of deletions in one
+	// transaction (Deleter) and gives each key a revision of its own, as
+	// deletions one by one would: kine on SQLite. etcd takes such a
+	// transaction too, but puts every deletion at one revision, which a
+	// watch resumed from that revision would see only part of.
+	BatchDeletes bool
 
 	stop func()
 	done <-chan struct{}

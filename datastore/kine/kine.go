@@ -44,8 +44,12 @@ type Config struct {
 type Kine struct {
 	// Endpoints is the etcd API to connect to.
 	Endpoints []string
-	wg        *sync.WaitGroup
-	grpc      *grpc.Server
+	// BatchDeletes says the etcd API takes a transaction of deletions,
+	// each conditional on its key's revision, and commits it as one
+	// write that gives every key a revision of its own (SQLite).
+	BatchDeletes bool
+	wg           *sync.WaitGroup
+	grpc         *grpc.Server
 }
 
 // StopServing closes every connection to kine at once, without kine's
@@ -129,13 +133,13 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 	}
 
 	type result struct {
-		endpoint string
-		err      error
+		served
+		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		endpoint, err := serve(ctx, config, server)
-		ch <- result{endpoint, err}
+		s, err := serve(ctx, config, server)
+		ch <- result{s, err}
 	}()
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
@@ -146,7 +150,7 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 		if r.err != nil {
 			return nil, r.err
 		}
-		return &Kine{Endpoints: []string{r.endpoint}, wg: wg, grpc: server}, nil
+		return &Kine{Endpoints: []string{r.endpoint}, BatchDeletes: r.batchDeletes, wg: wg, grpc: server}, nil
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("not ready after %s", timeout)
 	case <-ctx.Done():

@@ -42,10 +42,16 @@ type serveConfig struct {
 	WaitGroup *sync.WaitGroup
 }
 
+// served is what serve started: the endpoint etcd clients connect to, and
+// whether it takes batches of deletions (batchKV).
+type served struct {
+	endpoint     string
+	batchDeletes bool
+}
+
 // serve starts the SQL backend that cfg names and serves the etcd API over
-// it on grpcServer, until ctx ends. It returns the endpoint etcd clients
-// connect to.
-func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (endpoint string, err error) {
+// it on grpcServer, until ctx ends.
+func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (_ served, err error) {
 	bctx, bcancel := context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -56,25 +62,25 @@ func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (endpo
 	_, backend, err := drivers.New(bctx, cfg.WaitGroup, &driverCfg)
 	if err != nil {
 		// The endpoint may hold credentials: say which kind failed only.
-		return "", fmt.Errorf("creating the %s backend: %w", schemeOf(cfg.Driver.Endpoint), err)
+		return served{}, fmt.Errorf("creating the %s backend: %w", schemeOf(cfg.Driver.Endpoint), err)
 	}
 	if backend == nil {
-		return "", fmt.Errorf("%s is not a SQL backend", schemeOf(cfg.Driver.Endpoint))
+		return served{}, fmt.Errorf("%s is not a SQL backend", schemeOf(cfg.Driver.Endpoint))
 	}
 	if cfg.Driver.MetricsRegisterer != nil {
 		cfg.Driver.MetricsRegisterer.MustRegister(metrics.SQLTotal, metrics.SQLTime, metrics.CompactTotal, metrics.InsertErrorsTotal)
 	}
 	if err := backend.Start(bctx); err != nil {
-		return "", fmt.Errorf("starting the %s backend: %w", schemeOf(cfg.Driver.Endpoint), err)
+		return served{}, fmt.Errorf("starting the %s backend: %w", schemeOf(cfg.Driver.Endpoint), err)
 	}
 	scheme, address, _ := strings.Cut(cfg.Listener, "://")
 	if scheme != "unix" {
 		scheme = "http"
 	}
-	server.New(backend, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion).Register(grpcServer)
+	batchDeletes := register(grpcServer, server.New(backend, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion), backend)
 	listener, err := openListener(bctx, cfg.Listener)
 	if err != nil {
-		return "", err
+		return served{}, err
 	}
 	go func() {
 		<-ctx.Done()
@@ -89,13 +95,13 @@ func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (endpo
 		}
 	})
 	if scheme == "unix" {
-		return "unix://" + address, nil
+		return served{endpoint: "unix://" + address, batchDeletes: batchDeletes}, nil
 	}
 	_, port, err := net.SplitHostPort(listener.Addr().String())
 	if err != nil {
-		return "", fmt.Errorf("kine's listener address %s: %w", listener.Addr(), err)
+		return served{}, fmt.Errorf("kine's listener address %s: %w", listener.Addr(), err)
 	}
-	return "http://127.0.0.1:" + port, nil
+	return served{endpoint: "http://127.0.0.1:" + port, batchDeletes: batchDeletes}, nil
 }
 
 // openListener opens kine's listener: a unix socket only its owner may use

@@ -28,7 +28,8 @@ func init() { drivers.Register(Scheme, newBackend) }
 
 // newBackend builds kine's SQLite backend, then gives its dialect a pool of
 // connections that keep their statements prepared. Nothing has used the
-// dialect yet: kine starts the backend once it is built.
+// dialect yet: kine starts the backend once it is built. The backend also
+// deletes many records in one transaction (batchBackend).
 func newBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (bool, server.Backend, error) {
 	path, params, _ := strings.Cut(cfg.DataSourceName, "?")
 	dsn, err := moderncDSN(path, params)
@@ -60,7 +61,7 @@ func newBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (b
 	dialect.DB = db
 	// kine closes it again when ctx ends, which database/sql allows.
 	_ = replaced.Close()
-	return false, backend, nil
+	return false, batchBackend{Backend: backend, dialect: dialect}, nil
 }
 
 // open is database/sql over the pure-Go driver, with kine's pool settings.

@@ -99,6 +99,11 @@ type Config struct {
 	// SoleServer says no other server can share the datastore (SQLite):
 	// no presence to keep, no other server to wait for.
 	SoleServer bool
+	// DeleteRecords, when set, deletes many records of the datastore in
+	// one write, each only if it is still at its revision, all or none
+	// (false: one had changed); wipes use it. Nil: records are deleted one
+	// by one through their storages.
+	DeleteRecords func(ctx context.Context, records []DatastoreRecord) (bool, error)
 }
 
 // state is what the manager knows of one plane.

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"golang.org/x/sync/errgroup"
 
@@ -89,7 +91,7 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 	}
 	var total int
 	for _, stores := range [][]*planestorage.Store{first, last} {
-		n, err := wipeStores(pctx, plane, stores, keep)
+		n, err := m.wipeStores(pctx, plane, stores, keep)
 		total += n
 		if err != nil {
 			return total, err
@@ -100,11 +102,13 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 
 var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
-// wipeStores lists the plane's records in stores, then deletes them, each
-// step wipeParallelism calls at a time, so that deletions overlap their
-// round trips to etcd or PostgreSQL; on SQLite, which takes one write at
-// a time, they overlap the work around each write (20 take 8-12 ms).
-func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc) (int, error) {
+// wipeStores lists the plane's records in stores, then deletes them:
+// in one write per batch where the datastore takes batches
+// (Config.DeleteRecords), else one by one. Each step makes
+// wipeParallelism calls at a time, so that they overlap their round trips
+// to etcd or PostgreSQL; on SQLite, which takes one write at a time, they
+// overlap the work around each write.
+func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc) (int, error) {
 	found := make([][]record, len(stores))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
@@ -121,32 +125,73 @@ func wipeStores(ctx context.Context, plane string, stores []*planestorage.Store,
 	if err := g.Wait(); err != nil {
 		return 0, err
 	}
-	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(wipeParallelism)
-	n := 0
-	for _, records := range found {
-		for _, r := range records {
-			n++
-			g.Go(func() error {
-				err := r.store.Delete(gctx, r.key, r.store.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
-				if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
-					return fmt.Errorf("deleting %s %s of plane %s: %w", r.store.Resource(), r.key, plane, err)
-				}
-				return nil
-			})
-		}
+	records := slices.Concat(found...)
+	if len(records) == 0 {
+		return 0, nil
 	}
-	return n, g.Wait()
+	if m.config.DeleteRecords != nil {
+		deleted, err := m.deleteBatch(ctx, plane, records)
+		if err != nil || deleted {
+			return len(records), err
+		}
+		// A record changed since the list (it cannot while the plane is
+		// closed to requests; a server that shares the datastore might):
+		// one by one, each deletion decides for itself.
+	}
+	return len(records), deleteEach(ctx, plane, records)
+}
+
+// deleteBatch deletes records through Config.DeleteRecords; false: one had
+// changed since it was listed, and none of its batch is deleted.
+func (m *Manager) deleteBatch(ctx context.Context, plane string, records []record) (bool, error) {
+	batch := make([]DatastoreRecord, len(records))
+	for i, r := range records {
+		key, err := r.store.DatastoreKey(plane, r.key)
+		if err != nil {
+			return false, err
+		}
+		batch[i] = DatastoreRecord{Key: key, Revision: r.revision}
+	}
+	deleted, err := m.config.DeleteRecords(ctx, batch)
+	if err != nil {
+		return false, fmt.Errorf("deleting %d records of plane %s: %w", len(records), plane, err)
+	}
+	return deleted, nil
+}
+
+// deleteEach deletes records one by one through their storages.
+func deleteEach(ctx context.Context, plane string, records []record) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(wipeParallelism)
+	for _, r := range records {
+		g.Go(func() error {
+			err := r.store.Delete(gctx, r.key, r.store.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+			if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting %s %s of plane %s: %w", r.store.Resource(), r.key, plane, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// DatastoreRecord is one record of the datastore, by its key and the
+// revision it was read at.
+type DatastoreRecord struct {
+	Key      string
+	Revision int64
 }
 
 // wipeParallelism bounds the datastore calls one plane deletion has in
 // flight, so that deleting many planes at once leaves room for the rest.
 const wipeParallelism = 8
 
-// record is one stored object of a plane, by its storage key.
+// record is one stored object of a plane, by its storage key, and the
+// revision the wipe's list read it at.
 type record struct {
-	store *planestorage.Store
-	key   string
+	store    *planestorage.Store
+	key      string
+	revision int64
 }
 
 func listRecords(ctx context.Context, s *planestorage.Store, keep keepFunc) ([]record, error) {
@@ -168,7 +213,11 @@ func listRecords(ctx context.Context, s *planestorage.Store, keep keepFunc) ([]r
 		if ns := accessor.GetNamespace(); ns != "" {
 			key = s.ResourcePrefix() + "/" + ns + "/" + accessor.GetName()
 		}
-		records = append(records, record{store: s, key: key})
+		revision, err := strconv.ParseInt(accessor.GetResourceVersion(), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s %s: resourceVersion %q: %w", s.Resource(), key, accessor.GetResourceVersion(), err)
+		}
+		records = append(records, record{store: s, key: key, revision: revision})
 		return nil
 	})
 	return records, err

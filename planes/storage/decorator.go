@@ -253,7 +253,8 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 			return nil, nil, err
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, content: content, registry: r,
-			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{}), codec: codecOf(config)}
+			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{}), codec: codecOf(config),
+			keyPrefix: datastoreKeyPrefix(config)}
 		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
 		for _, f := range r.onNew {
 			go f(store)

@@ -3,9 +3,11 @@ package storage
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"kplane.dev/kplane/planes"
 )
@@ -34,4 +36,28 @@ func planeOf(ctx context.Context, resourcePrefix string) (string, error) {
 		return "", apierrors.NewInternalError(fmt.Errorf("storage call for %s without a plane refused", resourcePrefix))
 	}
 	return plane, nil
+}
+
+// datastoreKeyPrefix is the prefix the etcd storage puts before a storage
+// key (etcd3.New: the configured prefix, rooted, ending in "/").
+func datastoreKeyPrefix(config *storagebackend.ConfigForResource) string {
+	if config == nil {
+		return "/"
+	}
+	prefix := path.Join("/", config.Prefix)
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix
+}
+
+// DatastoreKey is the datastore's key of plane's object at storage key
+// key ("/configmaps/<ns>/<name>"): the key the etcd storage reads and
+// writes it at.
+func (s *Store) DatastoreKey(plane, key string) (string, error) {
+	scoped, err := scopeKey(s.resourcePrefix, plane, key)
+	if err != nil {
+		return "", err
+	}
+	return s.keyPrefix + strings.TrimPrefix(scoped, "/"), nil
 }

@@ -30,6 +30,9 @@ type Store struct {
 	gone chan struct{}
 	// codec encodes objects as the datastore stores them (sizes).
 	codec runtime.Codec
+	// keyPrefix is what the datastore's keys of this storage begin with
+	// before the storage key ("/registry/").
+	keyPrefix string
 }
 
 var _ storage.Interface = &Store{}

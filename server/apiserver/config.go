@@ -94,6 +94,9 @@ type Config struct {
 	// SoleServer says no other server can share the datastore (SQLite):
 	// the controllers' Leases are written once, not campaigned for.
 	SoleServer bool
+	// DeleteRecords deletes many records in one datastore write, for the
+	// wipes of plane deletions and resets (nil: one by one).
+	DeleteRecords func(context.Context, []lifecycle.DatastoreRecord) (bool, error)
 	// Profile is the API surface every plane serves (empty: full).
 	Profile Profile
 	// Simulation runs workloads in every plane (nil: API only). The

@@ -217,6 +217,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		MaxPlanesPerUser: c.config.MaxPlanesPerUser,
 		ServerName:       c.config.ServerName,
 		SoleServer:       c.config.SoleServer,
+		DeleteRecords:    c.config.DeleteRecords,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -1,0 +1,88 @@
+package kine
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/k3s-io/kine/pkg/server"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	kplanesqlite "kplane.dev/kplane/datastore/sqlite"
+)
+
+// register serves bridge's etcd API on grpcServer, as bridge.Register
+// does, with one transaction more where the backend can commit it: the
+// deletion of many keys, each if it is still at its revision (batchKV).
+func register(grpcServer *grpc.Server, bridge *server.KVServerBridge, backend server.Backend) (batchDeletes bool) {
+	etcdserverpb.RegisterLeaseServer(grpcServer, bridge)
+	etcdserverpb.RegisterWatchServer(grpcServer, bridge)
+	etcdserverpb.RegisterClusterServer(grpcServer, bridge)
+	etcdserverpb.RegisterMaintenanceServer(grpcServer, bridge)
+	deleter, batchDeletes := backend.(kplanesqlite.BatchDeleter)
+	if batchDeletes {
+		etcdserverpb.RegisterKVServer(grpcServer, batchKV{KVServer: bridge, deleter: deleter})
+	} else {
+		etcdserverpb.RegisterKVServer(grpcServer, bridge)
+	}
+	healthServer := health.NewServer()
+	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	reflection.Register(grpcServer)
+	return batchDeletes
+}
+
+// batchKV is kine's KV API plus the transaction batchDeletions describes,
+// which kine refuses (it serves only the transactions the apiserver
+// sends, one key each).
+type batchKV struct {
+	etcdserverpb.KVServer
+	deleter kplanesqlite.BatchDeleter
+}
+
+// Txn implements etcdserverpb.KVServer.
+func (k batchKV) Txn(ctx context.Context, txn *etcdserverpb.TxnRequest) (*etcdserverpb.TxnResponse, error) {
+	deletions, ok := batchDeletions(txn)
+	if !ok {
+		return k.KVServer.Txn(ctx, txn)
+	}
+	revision, deleted, err := k.deleter.DeleteBatch(ctx, deletions)
+	if err != nil {
+		return nil, err
+	}
+	response := &etcdserverpb.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: revision}, Succeeded: deleted}
+	if deleted {
+		for range deletions {
+			response.Responses = append(response.Responses, &etcdserverpb.ResponseOp{
+				Response: &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: &etcdserverpb.DeleteRangeResponse{
+					Header: response.Header, Deleted: 1,
+				}},
+			})
+		}
+	}
+	return response, nil
+}
+
+// batchDeletions reads the transaction "if key i's mod revision is r i,
+// for every i, delete every key i" (one key each, no range, nothing done
+// otherwise): the deletions of a BatchDeleter. Any other transaction is
+// kine's.
+func batchDeletions(txn *etcdserverpb.TxnRequest) ([]kplanesqlite.Deletion, bool) {
+	if len(txn.Compare) == 0 || len(txn.Compare) != len(txn.Success) || len(txn.Failure) != 0 {
+		return nil, false
+	}
+	deletions := make([]kplanesqlite.Deletion, len(txn.Compare))
+	for i, compare := range txn.Compare {
+		op := txn.Success[i].GetRequestDeleteRange()
+		if compare.Target != etcdserverpb.Compare_MOD || compare.Result != etcdserverpb.Compare_EQUAL ||
+			len(compare.RangeEnd) != 0 || op == nil || len(op.RangeEnd) != 0 || op.PrevKv ||
+			!bytes.Equal(compare.Key, op.Key) || compare.GetModRevision() <= 0 {
+			return nil, false
+		}
+		deletions[i] = kplanesqlite.Deletion{Key: string(op.Key), Revision: compare.GetModRevision()}
+	}
+	return deletions, true
+}
