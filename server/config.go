@@ -330,8 +330,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 }
 
 // deleteRecords is lifecycle's Config.DeleteRecords over deleter.
-func deleteRecords(deleter *datastore.Deleter) func(context.Context, []lifecycle.DatastoreRecord) (bool, error) {
-	return func(ctx context.Context, records []lifecycle.DatastoreRecord) (bool, error) {
+func deleteRecords(deleter *datastore.Deleter) func(context.Context, []lifecycle.DatastoreRecord) ([]int64, bool, error) {
+	return func(ctx context.Context, records []lifecycle.DatastoreRecord) ([]int64, bool, error) {
 		deletions := make([]datastore.Deletion, len(records))
 		for i, r := range records {
 			deletions[i] = datastore.Deletion{Key: r.Key, Revision: r.Revision}

@@ -39,10 +39,12 @@ func (d *Datastore) NewDeleter() (*Deleter, error) {
 const MaxDeletionsPerTxn = 32
 
 // Delete deletes every record, MaxDeletionsPerTxn at a time, each batch
-// all or nothing. It returns false when a record had changed since it was
-// read: that batch and the ones after it are not deleted, and the caller
-// deletes what is left one by one, as it would have without a Deleter.
-func (d *Deleter) Delete(ctx context.Context, deletions []Deletion) (bool, error) {
+// all or nothing, and returns the revision of each deletion. It returns
+// false when a record had changed since it was read: that batch and the
+// ones after it are not deleted, and the caller deletes what is left one
+// by one, as it would have without a Deleter.
+func (d *Deleter) Delete(ctx context.Context, deletions []Deletion) ([]int64, bool, error) {
+	revisions := make([]int64, 0, len(deletions))
 	for len(deletions) > 0 {
 		n := min(len(deletions), MaxDeletionsPerTxn)
 		compares := make([]clientv3.Cmp, n)
@@ -53,14 +55,20 @@ func (d *Deleter) Delete(ctx context.Context, deletions []Deletion) (bool, error
 		}
 		response, err := d.client.Txn(ctx).If(compares...).Then(ops...).Commit()
 		if err != nil {
-			return false, fmt.Errorf("deleting %d records in one transaction: %w", n, err)
+			return nil, false, fmt.Errorf("deleting %d records in one transaction: %w", n, err)
 		}
 		if !response.Succeeded {
-			return false, nil
+			return nil, false, nil
+		}
+		if len(response.Responses) != n {
+			return nil, false, fmt.Errorf("deleting %d records in one transaction: %d answers", n, len(response.Responses))
+		}
+		for _, r := range response.Responses {
+			revisions = append(revisions, r.GetResponseDeleteRange().GetHeader().GetRevision())
 		}
 		deletions = deletions[n:]
 	}
-	return true, nil
+	return revisions, true, nil
 }
 
 // Close closes the Deleter's connection to the datastore.

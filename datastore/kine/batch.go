@@ -49,19 +49,22 @@ func (k batchKV) Txn(ctx context.Context, txn *etcdserverpb.TxnRequest) (*etcdse
 	if !ok {
 		return k.KVServer.Txn(ctx, txn)
 	}
-	revision, deleted, err := k.deleter.DeleteBatch(ctx, deletions)
+	revisions, deleted, err := k.deleter.DeleteBatch(ctx, deletions)
 	if err != nil {
 		return nil, err
 	}
-	response := &etcdserverpb.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: revision}, Succeeded: deleted}
-	if deleted {
-		for range deletions {
-			response.Responses = append(response.Responses, &etcdserverpb.ResponseOp{
-				Response: &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: &etcdserverpb.DeleteRangeResponse{
-					Header: response.Header, Deleted: 1,
-				}},
-			})
-		}
+	if !deleted {
+		return &etcdserverpb.TxnResponse{Header: &etcdserverpb.ResponseHeader{}}, nil
+	}
+	// Each deletion's response carries its own revision (etcd's would all
+	// carry the transaction's one).
+	response := &etcdserverpb.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: revisions[len(revisions)-1]}, Succeeded: true}
+	for _, revision := range revisions {
+		response.Responses = append(response.Responses, &etcdserverpb.ResponseOp{
+			Response: &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: &etcdserverpb.DeleteRangeResponse{
+				Header: &etcdserverpb.ResponseHeader{Revision: revision}, Deleted: 1,
+			}},
+		})
 	}
 	return response, nil
 }

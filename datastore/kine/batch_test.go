@@ -79,9 +79,12 @@ func TestBatchDeletesOnSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := client.Watch(ctx, "/registry/configmaps/", clientv3.WithPrefix(), clientv3.WithRev(head.Header.Revision+1))
-	deleted, err := deleter.Delete(ctx, deletions)
+	revisions, deleted, err := deleter.Delete(ctx, deletions)
 	if err != nil || !deleted {
 		t.Fatalf("Delete = %v, %v; want true, nil", deleted, err)
+	}
+	if len(revisions) != n {
+		t.Fatalf("%d revisions back for %d deletions", len(revisions), n)
 	}
 	left, err := client.Get(ctx, "/registry/configmaps/", clientv3.WithPrefix())
 	if err != nil {
@@ -90,7 +93,7 @@ func TestBatchDeletesOnSQLite(t *testing.T) {
 	if len(left.Kvs) != 1 || string(left.Kvs[0].Key) != "/registry/configmaps/q/default/cm-000" {
 		t.Fatalf("left after the batch: %v, want the other plane's key only", left.Kvs)
 	}
-	seen := map[string]bool{}
+	seen := map[string]int64{}
 	var last int64
 	for len(seen) < n {
 		response, ok := <-events
@@ -105,7 +108,13 @@ func TestBatchDeletesOnSQLite(t *testing.T) {
 				t.Fatalf("deletion of %s at revision %d, after one at %d: want a revision of its own", e.Kv.Key, e.Kv.ModRevision, last)
 			}
 			last = e.Kv.ModRevision
-			seen[string(e.Kv.Key)] = true
+			seen[string(e.Kv.Key)] = e.Kv.ModRevision
+		}
+	}
+	// Delete tells each deletion's revision, as the watch sees it.
+	for i, d := range deletions {
+		if seen[d.Key] != revisions[i] {
+			t.Errorf("deletion of %s at revision %d, Delete said %d", d.Key, seen[d.Key], revisions[i])
 		}
 	}
 }
@@ -120,9 +129,9 @@ func TestBatchDeletesAllOrNothing(t *testing.T) {
 	if _, err := client.Put(ctx, deletions[3].Key, "changed"); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := deleter.Delete(ctx, deletions)
-	if err != nil || deleted {
-		t.Fatalf("Delete = %v, %v; want false, nil", deleted, err)
+	revisions, deleted, err := deleter.Delete(ctx, deletions)
+	if err != nil || deleted || revisions != nil {
+		t.Fatalf("Delete = %v, %v, %v; want nil, false, nil", revisions, deleted, err)
 	}
 	left, err := client.Get(ctx, "/registry/secrets/p/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
@@ -136,7 +145,7 @@ func TestBatchDeletesAllOrNothing(t *testing.T) {
 		Then(clientv3.OpDelete(deletions[0].Key)).Else(clientv3.OpGet(deletions[0].Key)).Commit(); err != nil || !del.Succeeded {
 		t.Fatalf("deleting %s: %v %v", deletions[0].Key, err, del)
 	}
-	if deleted, err := deleter.Delete(ctx, deletions[:1]); err != nil || deleted {
+	if _, deleted, err := deleter.Delete(ctx, deletions[:1]); err != nil || deleted {
 		t.Fatalf("Delete of a deleted key = %v, %v; want false, nil", deleted, err)
 	}
 }

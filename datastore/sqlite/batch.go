@@ -28,33 +28,33 @@ var _ BatchDeleter = batchBackend{}
 // deletion inserts, under the same condition (the key's newest row is
 // still at the revision), so a watch sees one DELETED event per record,
 // each at a revision of its own, as if they had been deleted one by one.
-func (b batchBackend) DeleteBatch(ctx context.Context, deletions []Deletion) (int64, bool, error) {
+func (b batchBackend) DeleteBatch(ctx context.Context, deletions []Deletion) ([]int64, bool, error) {
 	if len(deletions) == 0 {
-		return 0, true, nil
+		return nil, true, nil
 	}
 	tx, err := b.dialect.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, false, fmt.Errorf("beginning a batch of %d deletions: %w", len(deletions), err)
+		return nil, false, fmt.Errorf("beginning a batch of %d deletions: %w", len(deletions), err)
 	}
-	var revision int64
-	for _, d := range deletions {
-		revision, err = tx.Insert(ctx, d.Key, false, true, d.Revision, 0, nil)
-		if err != nil || revision == 0 {
-			// revision 0: the key is no longer at d.Revision.
+	revisions := make([]int64, len(deletions))
+	for i, d := range deletions {
+		revisions[i], err = tx.Insert(ctx, d.Key, false, true, d.Revision, 0, nil)
+		if err != nil || revisions[i] == 0 {
+			// Revision 0: the key is no longer at d.Revision.
 			if rollbackErr := tx.Rollback(); rollbackErr != nil {
 				err = errors.Join(err, rollbackErr)
 			}
 			if err != nil {
-				return 0, false, fmt.Errorf("deleting %s in a batch: %w", d.Key, err)
+				return nil, false, fmt.Errorf("deleting %s in a batch: %w", d.Key, err)
 			}
-			return 0, false, nil
+			return nil, false, nil
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, false, fmt.Errorf("committing a batch of %d deletions: %w", len(deletions), err)
+		return nil, false, fmt.Errorf("committing a batch of %d deletions: %w", len(deletions), err)
 	}
 	b.wakeWatches(ctx, deletions[0].Key)
-	return revision, true, nil
+	return revisions, true, nil
 }
 
 // wakeWatches makes kine's log read the rows just committed now rather

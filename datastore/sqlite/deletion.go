@@ -14,6 +14,6 @@ type Deletion struct {
 type BatchDeleter interface {
 	// DeleteBatch deletes every record, all or none: deleted is false,
 	// and nothing is deleted, when one of them is no longer at its
-	// revision. revision is the datastore's revision after the batch.
-	DeleteBatch(ctx context.Context, deletions []Deletion) (revision int64, deleted bool, err error)
+	// revision. revisions are the revisions of the deletions, in order.
+	DeleteBatch(ctx context.Context, deletions []Deletion) (revisions []int64, deleted bool, err error)
 }

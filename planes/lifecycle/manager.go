@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -101,9 +102,10 @@ type Config struct {
 	SoleServer bool
 	// DeleteRecords, when set, deletes many records of the datastore in
 	// one write, each only if it is still at its revision, all or none
-	// (false: one had changed); wipes use it. Nil: records are deleted one
-	// by one through their storages.
-	DeleteRecords func(ctx context.Context, records []DatastoreRecord) (bool, error)
+	// (false: one had changed), and returns the revision of each
+	// deletion; wipes use it. Nil: records are deleted one by one through
+	// their storages.
+	DeleteRecords func(ctx context.Context, records []DatastoreRecord) ([]int64, bool, error)
 }
 
 // state is what the manager knows of one plane.
@@ -199,6 +201,9 @@ func New(config Config) (*Manager, error) {
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
 	m.informer = factory.ForResource(GVR).Informer()
+	if err := m.informer.SetTransform(withoutManagedFields); err != nil {
+		return nil, err
+	}
 	if _, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.observe(obj) },
 		UpdateFunc: func(_, obj any) { m.observe(obj) },
@@ -215,6 +220,19 @@ func New(config Config) (*Manager, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// withoutManagedFields drops a Plane's managedFields as the informer takes
+// it in. Nothing here reads them, writes of a Plane never start from the
+// informer's copy (the API keeps managedFields an update leaves out; the
+// lifecycle's own writes start from the storage's), and in a member's
+// unstructured Plane they were one of the larger parts of what the server
+// holds per plane.
+func withoutManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // observe records what a Plane object says and queues it.

@@ -188,11 +188,12 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 		return err
 	}
 	wipeBegan := time.Now()
-	deleted, err := m.wipeForReset(ctx, plane)
+	w, err := m.wipeForReset(ctx, plane)
 	if err != nil {
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
 	}
-	wiped := time.Since(wipeBegan)
+	awaitCaches(ctx, plane, w)
+	wipeTook := time.Since(wipeBegan)
 	for _, f := range m.config.Forget {
 		f.ForgetPlane(plane)
 	}
@@ -216,7 +217,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	delete(m.held, plane)
 	m.mu.Unlock()
 	h.release()
-	logrus.WithFields(logrus.Fields{"plane": plane, "records": deleted, "wipe": wiped.Round(time.Microsecond).String(),
+	logrus.WithFields(logrus.Fields{"plane": plane, "records": w.records, "wipe": wipeTook.Round(time.Microsecond).String(),
 		"took": time.Since(began).Round(time.Microsecond).String()}).Info("plane reset")
 	return nil
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+
+	"github.com/sirupsen/logrus"
 
 	"golang.org/x/sync/errgroup"
 
@@ -24,17 +27,33 @@ import (
 // storage: a deleted plane keeps nothing, whatever finalizers its objects
 // carry. It returns the number of objects deleted.
 func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
-	return m.wipeResources(ctx, plane, everyResource, nil)
+	w, err := m.wipeResources(ctx, plane, everyResource, nil)
+	return w.records, err
 }
 
 func everyResource(*planestorage.Store) bool { return true }
+
+// wiped is what a wipe deleted: how many records, and the revision of the
+// last deletion in each storage.
+type wiped struct {
+	records int
+	upTo    map[*planestorage.Store]int64
+}
+
+func (w *wiped) deleted(s *planestorage.Store, revision int64) {
+	w.records++
+	if w.upTo == nil {
+		w.upTo = map[*planestorage.Store]int64{}
+	}
+	w.upTo[s] = max(w.upTo[s], revision)
+}
 
 // wipeForReset is wipe for a reset: it keeps the plane's access
 // (keptByReset), and where the plane's writes are tracked (a server alone
 // on its datastore, after the plane's first reset) it lists only the
 // resources the plane wrote since; the others hold nothing of it. It
 // starts tracking again from nothing.
-func (m *Manager) wipeForReset(ctx context.Context, plane string) (int, error) {
+func (m *Manager) wipeForReset(ctx context.Context, plane string) (wiped, error) {
 	if !m.config.SoleServer {
 		return m.wipeResources(ctx, plane, everyResource, keptByReset)
 	}
@@ -46,27 +65,28 @@ func (m *Manager) wipeForReset(ctx context.Context, plane string) (int, error) {
 			return wrote
 		}
 	}
-	deleted, err := m.wipeResources(ctx, plane, include, keptByReset)
+	w, err := m.wipeResources(ctx, plane, include, keptByReset)
 	if err != nil {
 		// Some records may be left where the next reset would not look.
 		m.config.Storage.ForgetWrites(plane)
-		return deleted, err
+		return w, err
 	}
 	// The plane is held: nothing writes to it between the wipe and this.
 	m.config.Storage.TrackWrites(plane)
-	return deleted, nil
+	return w, nil
 }
 
 // wipeResources deletes plane's own records in the resources that
 // include selects, but those keep (when set) says to keep.
-func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool, keep keepFunc) (int, error) {
+func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool, keep keepFunc) (wiped, error) {
+	var w wiped
 	// Only the plane's own records: a template's objects are not its to delete.
 	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
 	// Custom resources are stored under their CRD's storage, which exists
 	// only once the CRD has been served since the server started.
 	if m.config.CustomResources != nil {
 		if err := m.config.CustomResources.EnsureStorages(ctx, plane); err != nil {
-			return 0, err
+			return w, err
 		}
 	}
 	// One pass suffices: the plane is closed to requests and the ones that
@@ -89,15 +109,12 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 			first = append(first, s)
 		}
 	}
-	var total int
 	for _, stores := range [][]*planestorage.Store{first, last} {
-		n, err := m.wipeStores(pctx, plane, stores, keep)
-		total += n
-		if err != nil {
-			return total, err
+		if err := m.wipeStores(pctx, plane, stores, keep, &w); err != nil {
+			return w, err
 		}
 	}
-	return total, nil
+	return w, nil
 }
 
 var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
@@ -108,7 +125,7 @@ var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: 
 // wipeParallelism calls at a time, so that they overlap their round trips
 // to etcd or PostgreSQL; on SQLite, which takes one write at a time, they
 // overlap the work around each write.
-func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc) (int, error) {
+func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc, w *wiped) error {
 	found := make([][]record, len(stores))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
@@ -123,56 +140,113 @@ func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planes
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return 0, err
+		return err
 	}
 	records := slices.Concat(found...)
 	if len(records) == 0 {
-		return 0, nil
+		return nil
 	}
 	if m.config.DeleteRecords != nil {
-		deleted, err := m.deleteBatch(ctx, plane, records)
-		if err != nil || deleted {
-			return len(records), err
+		revisions, err := m.deleteBatch(ctx, plane, records)
+		if err != nil {
+			return err
+		}
+		if revisions != nil {
+			for i, r := range records {
+				w.deleted(r.store, revisions[i])
+			}
+			return nil
 		}
 		// A record changed since the list (it cannot while the plane is
 		// closed to requests; a server that shares the datastore might):
 		// one by one, each deletion decides for itself.
 	}
-	return len(records), deleteEach(ctx, plane, records)
+	return deleteEach(ctx, plane, records, w)
 }
 
-// deleteBatch deletes records through Config.DeleteRecords; false: one had
-// changed since it was listed, and none of its batch is deleted.
-func (m *Manager) deleteBatch(ctx context.Context, plane string, records []record) (bool, error) {
+// deleteBatch deletes records through Config.DeleteRecords and returns
+// the revision of each deletion; nil: one had changed since it was
+// listed, and none of its batch is deleted.
+func (m *Manager) deleteBatch(ctx context.Context, plane string, records []record) ([]int64, error) {
 	batch := make([]DatastoreRecord, len(records))
 	for i, r := range records {
 		key, err := r.store.DatastoreKey(plane, r.key)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		batch[i] = DatastoreRecord{Key: key, Revision: r.revision}
 	}
-	deleted, err := m.config.DeleteRecords(ctx, batch)
+	revisions, deleted, err := m.config.DeleteRecords(ctx, batch)
 	if err != nil {
-		return false, fmt.Errorf("deleting %d records of plane %s: %w", len(records), plane, err)
+		return nil, fmt.Errorf("deleting %d records of plane %s: %w", len(records), plane, err)
 	}
-	return deleted, nil
+	if !deleted {
+		return nil, nil
+	}
+	if len(revisions) != len(records) {
+		return nil, fmt.Errorf("deleting %d records of plane %s: %d revisions back", len(records), plane, len(revisions))
+	}
+	return revisions, nil
 }
 
 // deleteEach deletes records one by one through their storages.
-func deleteEach(ctx context.Context, plane string, records []record) error {
+func deleteEach(ctx context.Context, plane string, records []record, w *wiped) error {
+	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
 	for _, r := range records {
 		g.Go(func() error {
-			err := r.store.Delete(gctx, r.key, r.store.New(), nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
-			if err != nil && !storage.IsNotFound(err) && !apierrors.IsNotFound(err) {
+			out := r.store.New()
+			err := r.store.Delete(gctx, r.key, out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+			if storage.IsNotFound(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
 				return fmt.Errorf("deleting %s %s of plane %s: %w", r.store.Resource(), r.key, plane, err)
 			}
+			// The deleted object comes back at the deletion's revision.
+			revision := int64(0)
+			if accessor, err := meta.Accessor(out); err == nil {
+				revision, _ = strconv.ParseInt(accessor.GetResourceVersion(), 10, 64)
+			}
+			mu.Lock()
+			w.deleted(r.store, revision)
+			mu.Unlock()
 			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// awaitCaches waits until the watch cache of every storage w deleted in
+// has seen its last deletion there. Until then a read from the cache (the
+// NamespaceLifecycle admission's look at a namespace, a list at
+// resourceVersion 0) still finds what the wipe deleted: a request held
+// for a reset and let in right after it, such as a controller's creation
+// of a ServiceAccount in a namespace the reset deleted, would be admitted
+// into a namespace that no longer exists. A list at the revision, not
+// older than it, waits for exactly that (upstream's cache waits up to 3 s,
+// then answers 504, which ends the wait too: a slow cache is not a reason
+// to keep the plane held).
+func awaitCaches(ctx context.Context, plane string, w wiped) {
+	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
+	var g errgroup.Group
+	g.SetLimit(wipeParallelism)
+	for s, revision := range w.upTo {
+		if revision == 0 || !s.Cached() {
+			continue
+		}
+		g.Go(func() error {
+			opts := storage.ListOptions{ResourceVersion: strconv.FormatInt(revision, 10),
+				ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Recursive: true, Predicate: storage.Everything}
+			if err := s.GetList(pctx, s.ResourcePrefix(), opts, s.NewList()); err != nil {
+				logrus.WithError(err).WithFields(logrus.Fields{"plane": plane, "resource": s.Resource().String()}).
+					Warn("the watch cache has not seen the reset's deletions yet")
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // DatastoreRecord is one record of the datastore, by its key and the

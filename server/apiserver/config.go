@@ -96,7 +96,7 @@ type Config struct {
 	SoleServer bool
 	// DeleteRecords deletes many records in one datastore write, for the
 	// wipes of plane deletions and resets (nil: one by one).
-	DeleteRecords func(context.Context, []lifecycle.DatastoreRecord) (bool, error)
+	DeleteRecords func(context.Context, []lifecycle.DatastoreRecord) ([]int64, bool, error)
 	// Profile is the API surface every plane serves (empty: full).
 	Profile Profile
 	// Simulation runs workloads in every plane (nil: API only). The
