@@ -296,17 +296,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		store.Close()
 		return nil, err
 	}
-	deleter, err := store.NewDeleter()
-	if err != nil {
-		if membersClient != nil {
-			membersClient.Close()
-		}
-		store.Close()
-		return nil, fmt.Errorf("datastore %s: %w", store.Description, err)
-	}
-	if deleter != nil {
-		apiConfig.DeleteRecords = deleteRecords(deleter)
-	}
+	var deleter *datastore.Deleter
 	closeAll := func() {
 		if membersClient != nil {
 			membersClient.Close()
@@ -315,6 +305,13 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			deleter.Close()
 		}
 		store.Close()
+	}
+	if deleter, err = store.NewDeleter(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("datastore %s: %w", store.Description, err)
+	}
+	if deleter != nil {
+		apiConfig.DeleteRecords = deleteRecords(deleter)
 	}
 	completed, err := apiConfig.Complete(ctx)
 	if err != nil {
