@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1095,5 +1097,77 @@ func TestWritesRightAfterReset(t *testing.T) {
 	}
 	if got, err := tc.CoreV1().ConfigMaps("shop").Get(ctx, "changed", metav1.GetOptions{}); err != nil || got.Data["v"] != "template" {
 		t.Fatalf("the template changed: %v %v", got.Data, err)
+	}
+}
+
+// A request held by a reset is admitted against the plane as the reset
+// left it, not as the server's caches saw it before: ConfigMaps created
+// in a namespace of the episode before, during and after the reset are
+// either wiped with it or refused once the namespace is gone. None
+// survives in the namespace the reset deleted (NamespaceLifecycle looks
+// in the cache first, which must have seen the reset by then).
+func TestRequestsHeldByResetSeeItsEnd(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, member := uniquePlane(t, "hr-tmpl"), uniquePlane(t, "hr-member")
+	createPlane(t, s, tmpl, "")
+	createPlane(t, s, member, tmpl)
+	c := s.Client(t, member)
+	const writers = 4
+	for round := 1; round <= 20; round++ {
+		ns := fmt.Sprintf("episode-%d", round)
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var attempts atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w%d-%d", w, i)}}
+					// Refused once the namespace is gone: what counts is what
+					// is left after the reset.
+					_, _ = c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+					attempts.Add(1)
+				}
+			})
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "writers under way", func(context.Context) error {
+			if attempts.Load() < writers {
+				return fmt.Errorf("%d creates so far", attempts.Load())
+			}
+			return nil
+		})
+		if code := resetPlane(t, s, member); code != http.StatusOK {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("round %d: reset: HTTP %d", round, code)
+		}
+		// Every writer's request that the reset held has been answered by
+		// the time each writer sent a few more.
+		after := attempts.Load()
+		framework.Eventually(t, framework.DefaultTimeout, "creates after the reset", func(context.Context) error {
+			if attempts.Load() < after+4*writers {
+				return fmt.Errorf("%d creates since the reset", attempts.Load()-after)
+			}
+			return nil
+		})
+		close(stop)
+		wg.Wait()
+		left, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(left.Items) > 0 {
+			t.Fatalf("round %d: %d ConfigMaps (%s, ...) survive in namespace %s, which the reset deleted",
+				round, len(left.Items), left.Items[0].Name, ns)
+		}
 	}
 }
