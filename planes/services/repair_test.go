@@ -31,11 +31,14 @@ func TestRepairFreesLeaksAndRetakesLosses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leakedIP, leakedPort := net.ParseIP("10.0.0.200"), 32000
-	if err := ips.Allocate(leakedIP); err != nil {
+	// The Services took random addresses: a fixed leaked one could be
+	// one of theirs, so the leak takes whatever is free.
+	leakedIP, err := ips.AllocateNext()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ports.Allocate(leakedPort); err != nil {
+	leakedPort, err := ports.AllocateNext()
+	if err != nil {
 		t.Fatal(err)
 	}
 	lostIP := net.ParseIP(svcs[0].Spec.ClusterIP)
