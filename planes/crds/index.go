@@ -268,13 +268,17 @@ func (x *Index) Upsert(obj runtime.Object) {
 		p = &planeCRDs{byName: map[string]*entry{}}
 		x.byPlane[plane] = p
 	}
+	// The new content is counted before the old one is released: an
+	// update that keeps the spec (status, labels, finalizers) must not
+	// see its own hash unused, which would tear down the handler and end
+	// every watch of its custom resources.
+	x.users[e.hash]++
 	var unused string
 	if old := p.byName[crd.Name]; old != nil && !old.hidden {
 		unused = x.releaseLocked(old.hash)
-		defer x.dropSpecLocked(old.hash)
+		x.dropSpecLocked(old.hash)
 	}
 	p.byName[crd.Name] = e
-	x.users[e.hash]++
 	x.version++
 	p.version = x.version
 	x.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,5 +234,100 @@ spec:
 	}
 	if _, err := s.Dynamic(t, a).Resource(rayGVR).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("deleted CRD still served: %v", err)
+	}
+}
+
+// TestCustomResourcesServedThroughCRDUpdates: writes to a CRD that keep
+// its spec (labels here; status from the conditions controller) leave the
+// serving of its custom resources alone: reads racing them never answer
+// 404, and a watch opened before goes on.
+func TestCustomResourcesServedThroughCRDUpdates(t *testing.T) {
+	t.Parallel()
+	plane := uniquePlane(t, "crd-updates")
+	// A group no other test uses: the CRD's content is this plane's alone.
+	const name = "gauges.watchkeep.example.com"
+	const crd = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gauges.watchkeep.example.com}
+spec:
+  group: watchkeep.example.com
+  scope: Namespaced
+  names: {plural: gauges, singular: gauge, kind: Gauge}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+	shared.MustKubectl(t, plane, crd, "apply", "-f", "-")
+	waitEstablished(t, shared, plane, name)
+	ctx, cancel := context.WithTimeout(context.Background(), framework.DefaultTimeout)
+	defer cancel()
+	gauges := shared.Dynamic(t, plane).Resource(schema.GroupVersionResource{
+		Group: "watchkeep.example.com", Version: "v1", Resource: "gauges"}).Namespace("default")
+	gauge := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "watchkeep.example.com/v1",
+			"kind": "Gauge", "metadata": map[string]any{"name": name}}}
+	}
+	if _, err := gauges.Create(ctx, gauge("before"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := gauges.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := <-w.ResultChan(); ev.Type != watch.Added {
+		t.Fatalf("first event %s %v, want the ADDED of the existing gauge", ev.Type, ev.Object)
+	}
+
+	// Readers race the CRD's updates.
+	readErr := make(chan error, 1)
+	readCtx, stopReading := context.WithCancel(ctx)
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for readCtx.Err() == nil {
+				if _, err := gauges.Get(readCtx, "before", metav1.GetOptions{}); err != nil && readCtx.Err() == nil {
+					select {
+					case readErr <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	crds := shared.Dynamic(t, plane).Resource(schema.GroupVersionResource{
+		Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	updates := 0
+	framework.Consistently(t, 3*time.Second, "reads of gauge before while its CRD is relabeled", func(ctx context.Context) error {
+		updates++
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"touched":"%d"}}}`, updates)
+		if _, err := crds.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("relabeling the CRD: %w", err)
+		}
+		select {
+		case err := <-readErr:
+			return fmt.Errorf("a read after %d updates of the CRD: %w", updates, err)
+		default:
+			return nil
+		}
+	})
+	stopReading()
+	readers.Wait()
+
+	if _, err := gauges.Create(ctx, gauge("after"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, open := <-w.ResultChan():
+		if !open || ev.Type != watch.Added || ev.Object.(*unstructured.Unstructured).GetName() != "after" {
+			t.Fatalf("after the CRD's updates the watch gave %s %v (open %v), want the ADDED of gauge after", ev.Type, ev.Object, open)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch gave nothing after the CRD's updates")
 	}
 }
