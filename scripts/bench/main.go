@@ -72,6 +72,8 @@ type benchFlags struct {
 	gotestParallel  *int
 	containerPlanes *int
 	plainPlaneCount *int
+	podMemoryPlanes *int
+	podMemoryPods   *int
 	plainBaseOnly   *bool
 	scenarioObjects *int
 	scaleoutOps     *int
@@ -102,7 +104,7 @@ func parseFlags() *benchFlags {
 	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
 	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
 	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, member-workloads, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, member-workloads, pod-memory, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
 	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -122,6 +124,8 @@ func parseFlags() *benchFlags {
 	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
 	f.containerPlanes = flag.Int("container-planes", 50, "planes created in the container scenario (bare and in the container) before memory is read")
 	f.plainPlaneCount = flag.Int("plain-planes", 1000, "planes made from nothing in the plain-planes scenario (each mode)")
+	f.podMemoryPlanes = flag.Int("pod-memory-planes", 100, "planes of the pod-memory scenario")
+	f.podMemoryPods = flag.Int("pod-memory-pods", 30, "Pods per plane measured in the pod-memory scenario (after a first one that brings the nodes)")
 	f.plainBaseOnly = flag.Bool("plain-base-only", false, "measure only the base plane's server in the plain-planes scenario")
 	f.scenarioObjects = flag.Int("scenario-objects", 500, "objects in the template of the scenarios scenario")
 	f.scenarioMembers = flag.Int("scenario-members", 1000, "members of the Fleet made from the template in the scenarios scenario")
@@ -195,6 +199,8 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = memberWorkloadsScenario(bin, memberWorkloadsParams{Members: *f.fleetReplicas, Workers: *f.workers, Bootstrap: *f.bootstrap})
 	case "plain-planes":
 		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary, ProfileDir: *f.profileDir})
+	case "pod-memory":
+		res, err = podMemoryScenario(bin, podMemoryParams{Planes: *f.podMemoryPlanes, Pods: *f.podMemoryPods, Workers: *f.workers, ProfileDir: *f.profileDir})
 	case "quota":
 		res, err = quotaScenario(bin, quotaParams{Creates: *f.quotaCreates, Deletes: *f.quotaDeletes})
 	case "policies":
