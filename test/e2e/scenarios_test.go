@@ -1108,14 +1108,32 @@ func TestWritesRightAfterReset(t *testing.T) {
 // in the cache first, which must have seen the reset by then).
 func TestRequestsHeldByResetSeeItsEnd(t *testing.T) {
 	t.Parallel()
-	s := shared
-	ctx := context.Background()
 	tmpl, member := uniquePlane(t, "hr-tmpl"), uniquePlane(t, "hr-member")
-	createPlane(t, s, tmpl, "")
-	createPlane(t, s, member, tmpl)
-	c := s.Client(t, member)
+	createPlane(t, shared, tmpl, "")
+	createPlane(t, shared, member, tmpl)
+	requestsHeldByResetSeeItsEnd(t, shared, shared, member, 20)
+}
+
+// The same across two servers on one etcd: the writers' server holds the
+// plane for the other server's reset, and lets their requests in only
+// once its own caches have seen the reset's deletions.
+func TestRequestsHeldByResetAcrossServersSeeItsEnd(t *testing.T) {
+	t.Parallel()
+	resetting, writing := startTwoServers(t, framework.StartEtcd(t), "--simulation=false")
+	tmpl, member := "hr-across-tmpl", "hr-across-member"
+	createPlane(t, resetting, tmpl, "")
+	createPlane(t, resetting, member, tmpl)
+	requestsHeldByResetSeeItsEnd(t, resetting, writing, member, 10)
+}
+
+// requestsHeldByResetSeeItsEnd resets plane through resetting, rounds
+// times, while writers create ConfigMaps in a namespace of the episode
+// through writing, and fails if any survives a reset.
+func requestsHeldByResetSeeItsEnd(t *testing.T, resetting, writing *framework.Server, member string, rounds int) {
+	ctx := context.Background()
+	c := writing.Client(t, member)
 	const writers = 4
-	for round := 1; round <= 20; round++ {
+	for round := 1; round <= rounds; round++ {
 		ns := fmt.Sprintf("episode-%d", round)
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -1145,7 +1163,7 @@ func TestRequestsHeldByResetSeeItsEnd(t *testing.T) {
 			}
 			return nil
 		})
-		if code := resetPlane(t, s, member); code != http.StatusOK {
+		if code := resetPlane(t, resetting, member); code != http.StatusOK {
 			close(stop)
 			wg.Wait()
 			t.Fatalf("round %d: reset: HTTP %d", round, code)
