@@ -302,7 +302,7 @@ func (m *Manager) observe(obj any) {
 		}
 	}
 	if endedElsewhere {
-		m.releaseResetHold(u.GetName(), resourceVersionOf(u))
+		m.releaseResetHold(u)
 	}
 	m.enqueue(u.GetName())
 }

@@ -3,7 +3,9 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 
 	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
 )
 
 // ResetAnnotation on a Plane marks a reset that has begun and not
@@ -47,6 +50,17 @@ const HeldAnnotationPrefix = "reset-held.kplane.dev/"
 // that clients list the reset plane again instead of replaying the reset.
 const ResetRevisionAnnotation = "kplane.dev/reset-revision"
 
+// ResetCachesAnnotation on a Plane, written with the end of a reset when
+// servers share the datastore, is the revision of the reset's last
+// deletion in each key space it deleted in ("/configmaps=123,..."). A
+// server that held the plane for another server's reset lets its
+// requests in once its own watch caches have reached those revisions, as
+// the server that reset does (awaitCaches): a request it held would
+// otherwise be admitted against a cache still showing what the reset
+// deleted. One revision per key space, not the reset's last: a cache of a
+// key space that sees no later write never reaches a later revision.
+const ResetCachesAnnotation = "kplane.dev/reset-caches"
+
 // ResetPath is where a plane is reset: POST /clusters/<id>/control-plane/reset.
 const ResetPath = "/reset"
 
@@ -66,7 +80,7 @@ func (m *Manager) Reset(ctx context.Context, plane string) error {
 	}
 	s.resetting = true
 	m.mu.Unlock()
-	markedAt, err := m.markReset(ctx, plane, true)
+	markedAt, err := m.markReset(ctx, plane)
 	if err != nil {
 		m.mu.Lock()
 		s.resetting = false
@@ -205,7 +219,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 	}
 	// The mark's removal is the revision the reset ends at: everything
 	// the reset wrote is older.
-	doneAt, err := m.markReset(ctx, plane, false)
+	doneAt, err := m.markResetDone(ctx, plane, w)
 	if err != nil {
 		return err
 	}
@@ -269,27 +283,78 @@ func (m *Manager) awaitResetHolds(ctx context.Context, plane string) error {
 	})
 }
 
-// markReset writes (or removes) ResetAnnotation on the plane's Plane and
-// returns the Plane's new resourceVersion (written to storage, see
-// updatePlane).
-func (m *Manager) markReset(ctx context.Context, plane string, on bool) (uint64, error) {
-	annotations := map[string]*string{ResetAnnotation: nil}
-	if on {
-		mark := resetMark{at: time.Now(), server: m.config.ServerName}.String()
-		annotations[ResetAnnotation] = &mark
-	} else {
-		rv, err := m.currentRevision(ctx)
-		if err != nil {
-			return 0, err
-		}
-		revision := strconv.FormatUint(rv, 10)
-		annotations[ResetRevisionAnnotation] = &revision
-	}
-	rv, err := m.annotatePlane(ctx, plane, annotations)
+// markReset writes ResetAnnotation on the plane's Plane and returns the
+// Plane's new resourceVersion (written to storage, see updatePlane).
+func (m *Manager) markReset(ctx context.Context, plane string) (uint64, error) {
+	mark := resetMark{at: time.Now(), server: m.config.ServerName}.String()
+	rv, err := m.annotatePlane(ctx, plane, map[string]*string{ResetAnnotation: &mark})
 	if err != nil {
 		return 0, fmt.Errorf("marking the reset of plane %s: %w", plane, err)
 	}
 	return rv, nil
+}
+
+// markResetDone removes ResetAnnotation from the plane's Plane, with the
+// revision the reset ended at and, for the other servers on the
+// datastore, where its deletions are (ResetCachesAnnotation); it returns
+// the Plane's new resourceVersion.
+func (m *Manager) markResetDone(ctx context.Context, plane string, w wiped) (uint64, error) {
+	rv, err := m.currentRevision(ctx)
+	if err != nil {
+		return 0, err
+	}
+	revision := strconv.FormatUint(rv, 10)
+	annotations := map[string]*string{ResetAnnotation: nil, ResetRevisionAnnotation: &revision}
+	if !m.config.SoleServer {
+		caches := formatCacheRevisions(w)
+		annotations[ResetCachesAnnotation] = &caches
+	}
+	done, err := m.annotatePlane(ctx, plane, annotations)
+	if err != nil {
+		return 0, fmt.Errorf("marking the end of the reset of plane %s: %w", plane, err)
+	}
+	return done, nil
+}
+
+// formatCacheRevisions is the value of ResetCachesAnnotation for w: the
+// last deletion's revision per key space, in key order.
+func formatCacheRevisions(w wiped) string {
+	byPrefix := map[string]int64{}
+	for s, revision := range w.upTo {
+		byPrefix[s.ResourcePrefix()] = max(byPrefix[s.ResourcePrefix()], revision)
+	}
+	pairs := make([]string, 0, len(byPrefix))
+	for _, prefix := range slices.Sorted(maps.Keys(byPrefix)) {
+		pairs = append(pairs, prefix+"="+strconv.FormatInt(byPrefix[prefix], 10))
+	}
+	return strings.Join(pairs, ",")
+}
+
+// cacheRevisions reads ResetCachesAnnotation back as the revisions this
+// server's storages must reach: every cached storage of a key space the
+// reset deleted in (custom resources of one key space may have a storage
+// per CRD content, each with its own cache).
+func (m *Manager) cacheRevisions(value string) wiped {
+	byPrefix := map[string]int64{}
+	for _, pair := range strings.Split(value, ",") {
+		prefix, revision, ok := strings.Cut(pair, "=")
+		if r, err := strconv.ParseInt(revision, 10, 64); ok && err == nil {
+			byPrefix[prefix] = r
+		}
+	}
+	var w wiped
+	if len(byPrefix) == 0 || m.config.Storage == nil {
+		return w
+	}
+	for _, s := range m.config.Storage.Stores() {
+		if revision, ok := byPrefix[s.ResourcePrefix()]; ok {
+			if w.upTo == nil {
+				w.upTo = map[*planestorage.Store]int64{}
+			}
+			w.upTo[s] = revision
+		}
+	}
+	return w
 }
 
 // annotatePlane sets (or, for nil, removes) annotations of plane's Plane
@@ -360,9 +425,12 @@ func (m *Manager) resetEndedElsewhereLocked(u *unstructured.Unstructured, s *sta
 }
 
 // releaseResetHold lets the plane's requests in again once another server
-// has finished its reset, and drops what this server kept of the plane's
-// state from before.
-func (m *Manager) releaseResetHold(plane string, doneAt uint64) {
+// has finished its reset (Plane u, unmarked) and this server's caches have
+// seen the reset's deletions, and drops what this server kept of the
+// plane's state from before. It does not block: the wait for the caches
+// runs on its own.
+func (m *Manager) releaseResetHold(u *unstructured.Unstructured) {
+	plane := u.GetName()
 	m.mu.Lock()
 	s := m.state[plane]
 	if s == nil || s.heldForMarkAt == 0 || s.resetRun != nil {
@@ -371,16 +439,40 @@ func (m *Manager) releaseResetHold(plane string, doneAt uint64) {
 	}
 	s.resetting = false
 	s.heldForMarkAt = 0
-	s.resetDoneAt = doneAt
+	s.resetDoneAt = resourceVersionOf(u)
 	h := m.held[plane]
-	delete(m.held, plane)
 	m.mu.Unlock()
 	for _, f := range m.config.Forget {
 		f.ForgetPlane(plane)
 	}
-	if h != nil {
-		h.release()
+	if h == nil {
+		return
 	}
+	w := m.cacheRevisions(u.GetAnnotations()[ResetCachesAnnotation])
+	ctx := m.running.Load()
+	if len(w.upTo) == 0 || ctx == nil {
+		m.letInAfterReset(plane, s, h)
+		return
+	}
+	go func() {
+		awaitCaches(*ctx, plane, w)
+		m.letInAfterReset(plane, s, h)
+	}()
+}
+
+// letInAfterReset releases hold h of plane, taken for another server's
+// reset, unless the plane is held again meanwhile: a reset begun since
+// took the same hold (holdForReset returns it) and releases it when it
+// ends.
+func (m *Manager) letInAfterReset(plane string, s *state, h *resetHold) {
+	m.mu.Lock()
+	if m.held[plane] != h || s.resetting || s.heldForMarkAt != 0 {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.held, plane)
+	m.mu.Unlock()
+	h.release()
 	logrus.WithField("plane", plane).Info("plane reset by another server")
 }
 

@@ -68,3 +68,41 @@ func TestFinishResetSkipsAResetFinishedSince(t *testing.T) {
 		t.Fatalf("finishReset of a mark older than the last finished reset: %v", err)
 	}
 }
+
+// A server holding a plane for another server's reset lets its requests
+// in when the reset ends, but not while a reset begun since holds the
+// plane with the same hold: that reset's end lets them in.
+func TestHoldForAnotherServersResetEnds(t *testing.T) {
+	newManager := func() (*Manager, *state, *int) {
+		released := 0
+		s := &state{resetting: true, heldForMarkAt: 5}
+		m := &Manager{state: map[string]*state{"p": s},
+			held: map[string]*resetHold{"p": {release: func() { released++ }}}}
+		return m, s, &released
+	}
+	ended := &unstructured.Unstructured{}
+	ended.SetName("p")
+	ended.SetResourceVersion("9")
+
+	m, s, released := newManager()
+	m.releaseResetHold(ended)
+	if *released != 1 || m.held["p"] != nil || s.resetting || s.resetDoneAt != 9 {
+		t.Fatalf("after the reset's end: released %d times, still held %v, resetting %v, done at %d",
+			*released, m.held["p"] != nil, s.resetting, s.resetDoneAt)
+	}
+
+	// The caches' wait ends while a reset begun since holds the plane (its
+	// mark seen again, or a reset through this server): the hold stays.
+	m, s, released = newManager()
+	h := m.held["p"]
+	s.resetting, s.heldForMarkAt = true, 12
+	m.letInAfterReset("p", s, h)
+	if *released != 0 || m.held["p"] != h {
+		t.Fatalf("while a new reset holds the plane: released %d times, hold kept %v", *released, m.held["p"] == h)
+	}
+	s.resetting, s.heldForMarkAt = false, 0
+	m.letInAfterReset("p", s, h)
+	if *released != 1 || m.held["p"] != nil {
+		t.Fatalf("once no reset holds the plane: released %d times, still held %v", *released, m.held["p"] != nil)
+	}
+}

@@ -108,6 +108,12 @@ func TestResetAcrossServers(t *testing.T) {
 	if held != 2 {
 		t.Errorf("the Plane says %d servers held it for a reset, want 2 (one per reset): %v", held, p.GetAnnotations())
 	}
+	// And where the last reset's deletions are, for the other server's
+	// caches to reach before it lets the plane's requests in: the
+	// ConfigMaps it deleted among them.
+	if caches := p.GetAnnotations()["kplane.dev/reset-caches"]; !strings.Contains(caches, "/configmaps=") {
+		t.Errorf("the Plane's kplane.dev/reset-caches is %q, want the revision of the reset's last ConfigMap deletion", caches)
+	}
 
 	// A reset begun by a server that died in the middle (its mark left on
 	// the Plane long ago) is finished by the plane lifecycle's holder, and
