@@ -54,6 +54,8 @@ type Registry struct {
 	layers atomic.Pointer[Layers]
 	// guard holds planes to their limits; set once by the server.
 	guard atomic.Pointer[WriteGuard]
+	// createHooks complete the objects of a resource planes create.
+	createHooks atomic.Pointer[map[schema.GroupResource]CreateHook]
 	// written is where tracked planes have records of their own.
 	written writtenResources
 }

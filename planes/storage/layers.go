@@ -204,6 +204,38 @@ type WriteGuard interface {
 	Reserve(ctx context.Context, s *Store, plane, key string, objects, bytes int64) (release func(rv uint64), err error)
 }
 
+// CreateHook completes an object of resource a plane is about to create,
+// after the API has prepared it (its strategy has dropped any status) and
+// before it is stored.
+type CreateHook func(plane string, obj runtime.Object)
+
+// SetCreateHook binds hook to every create of resource, built-in or
+// custom, in any plane.
+func (r *Registry) SetCreateHook(resource schema.GroupResource, hook CreateHook) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hooks := map[schema.GroupResource]CreateHook{resource: hook}
+	if old := r.createHooks.Load(); old != nil {
+		for gr, h := range *old {
+			if gr != resource {
+				hooks[gr] = h
+			}
+		}
+	}
+	r.createHooks.Store(&hooks)
+}
+
+// createHook is read on every create: no lock.
+func (r *Registry) createHook(resource schema.GroupResource) CreateHook {
+	if r == nil {
+		return nil
+	}
+	if hooks := r.createHooks.Load(); hooks != nil {
+		return (*hooks)[resource]
+	}
+	return nil
+}
+
 // SetWriteGuard binds the limits every write is checked against; until it
 // is called nothing is limited.
 func (r *Registry) SetWriteGuard(g WriteGuard) { r.guard.Store(&g) }

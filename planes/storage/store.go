@@ -116,6 +116,9 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if err := markWrite(obj, plane, ""); err != nil {
 		return err
 	}
+	if hook := s.registry.createHook(s.resource); hook != nil {
+		hook(plane, obj)
+	}
 	release, err := s.reserveCreate(ctx, plane, key, obj)
 	if err != nil {
 		return err

@@ -233,6 +233,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 	}
 	c.storage.SetLayers(manager)
 	c.storage.SetWriteGuard(enforcer)
+	c.storage.SetCreateHook(lifecycle.GVR.GroupResource(), manager.ReadyAtCreate)
 	return manager, enforcer, nil
 }
 

@@ -332,3 +332,57 @@ func rayServiceIn(name, namespace string) *unstructured.Unstructured {
 	u.SetFinalizers([]string{"example.com/keep"})
 	return u
 }
+
+// TestPlanesStoredReadyAtCreate: a plane with nothing left to give it (on
+// the base plane the server has bootstrapped, or from a Ready template)
+// is stored Ready by its create, in one write: the create answers Ready,
+// and the Plane stays at the revision the create wrote.
+func TestPlanesStoredReadyAtCreate(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	planesAPI := s.Dynamic(t, "root").Resource(planesGVR)
+	// Makes sure the base is bootstrapped, and gives the member its template.
+	tmpl := uniquePlane(t, "ready-tmpl")
+	createPlane(t, s, tmpl, "")
+	framework.Eventually(t, framework.DefaultTimeout, "template "+tmpl+" Ready", func(ctx context.Context) error {
+		p, err := planesAPI.Get(ctx, tmpl, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if phase, _, _ := unstructured.NestedString(p.Object, "status", "phase"); phase != "Ready" {
+			return fmt.Errorf("phase %q", phase)
+		}
+		return nil
+	})
+	for _, c := range []struct{ what, name, template string }{
+		{"a plane made from nothing", uniquePlane(t, "ready-plain"), ""},
+		{"a member of a Ready template", uniquePlane(t, "ready-member"), tmpl},
+	} {
+		spec := map[string]any{}
+		if c.template != "" {
+			spec["template"] = c.template
+		}
+		created, err := planesAPI.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1",
+			"kind": "Plane", "metadata": map[string]any{"name": c.name}, "spec": spec}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if phase, _, _ := unstructured.NestedString(created.Object, "status", "phase"); phase != "Ready" {
+			t.Fatalf("%s: the create answers phase %q, want Ready", c.what, phase)
+		}
+		if _, err := s.Client(t, c.name).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			t.Fatalf("%s: the plane does not serve: %v", c.what, err)
+		}
+		framework.Consistently(t, time.Second, c.what+": no status write after the create", func(ctx context.Context) error {
+			p, err := planesAPI.Get(ctx, c.name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.GetResourceVersion() != created.GetResourceVersion() {
+				return fmt.Errorf("the Plane went from revision %s to %s: %v", created.GetResourceVersion(), p.GetResourceVersion(), p.Object["status"])
+			}
+			return nil
+		})
+	}
+}
