@@ -598,12 +598,22 @@ func (m *Manager) reconcile(ctx context.Context, name string) error {
 		if name == planes.Root {
 			return nil
 		}
+		m.mu.RLock()
+		s := m.state[name]
+		m.mu.RUnlock()
+		if s == nil {
+			return nil
+		}
 		// The informer may not have seen a Plane created a moment ago (by a
 		// first request): only the API's word makes a plane gone.
 		if _, err := m.planes.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return err
 		}
-		m.forget(name)
+		// Only the plane that was gone: a Plane of the same name created
+		// since the read (a deleted plane made again at once) may already
+		// be observed, and nothing else would bring its state back for the
+		// probes (a plane stored Ready gets no later write).
+		m.forgetIf(name, func(now *state) bool { return now == s })
 		return nil
 	}
 	plane := obj.(*unstructured.Unstructured)
@@ -744,9 +754,17 @@ func usageChanged(last, now Usage) bool {
 }
 
 // forget drops everything kept for a plane that no longer exists.
-func (m *Manager) forget(name string) {
+func (m *Manager) forget(name string) { m.forgetIf(name, func(*state) bool { return true }) }
+
+// forgetIf forgets plane name if what the manager knows of it passes
+// which, decided under the manager's lock.
+func (m *Manager) forgetIf(name string, which func(*state) bool) {
 	m.mu.Lock()
 	s, known := m.state[name]
+	if known && !which(s) {
+		m.mu.Unlock()
+		return
+	}
 	inherited := inheritsLocked(s)
 	if known {
 		m.setTemplateLocked(name, s, "")

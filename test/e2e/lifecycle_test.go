@@ -386,3 +386,50 @@ func TestPlanesStoredReadyAtCreate(t *testing.T) {
 		})
 	}
 }
+
+// TestPlaneDeletedAndMadeAgainAtOnce: a plane deleted and created again
+// the moment its Plane is gone (an episode loop's delete + create) answers
+// its probes each time: the deletion's cleanup never forgets the new
+// plane, which, stored Ready, gets no later write that would bring it
+// back.
+func TestPlaneDeletedAndMadeAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	s := shared
+	planesAPI := s.Dynamic(t, "root").Resource(planesGVR)
+	name := uniquePlane(t, "again")
+	createPlane(t, s, name, "")
+	c := s.Client(t, name)
+	for round := 1; round <= 30; round++ {
+		ctx, cancel := context.WithTimeout(context.Background(), framework.DefaultTimeout)
+		if err := planesAPI.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			cancel()
+			t.Fatalf("round %d: deleting: %v", round, err)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "the Plane gone", func(ctx context.Context) error {
+			if _, err := planesAPI.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+		plane := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+			"metadata": map[string]any{"name": name}}}
+		// 409 while the name is still being released; tried again at once,
+		// as an episode loop does, so that the create lands while the
+		// deletion's cleanup is still under way.
+		for {
+			_, err := planesAPI.Create(ctx, plane, metav1.CreateOptions{})
+			if err == nil {
+				break
+			}
+			if !apierrors.IsConflict(err) || ctx.Err() != nil {
+				cancel()
+				t.Fatalf("round %d: creating again: %v", round, err)
+			}
+		}
+		framework.Eventually(t, 10*time.Second, fmt.Sprintf("round %d: the plane made again answers /readyz", round), func(ctx context.Context) error {
+			_, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
+		cancel()
+	}
+}
