@@ -64,30 +64,26 @@ func podMemory(binary string, p podMemoryParams, mode string, figures map[string
 		names[i] = fmt.Sprintf("bench-%05d", i)
 	}
 	running := mode == "on"
-	addPods := func(from, to int) error {
-		_, _, err := forEach(names, p.Workers, func(ctx context.Context, plane string) error {
+	// Pods from..to-1 in every plane, then the heap in use once they are
+	// there (and its profile, named at).
+	addPods := func(from, to int, at string) (float64, error) {
+		if _, _, err := forEach(names, p.Workers, func(ctx context.Context, plane string) error {
 			return createPods(ctx, s, plane, from, to, running)
-		})
-		return err
+		}); err != nil {
+			return 0, err
+		}
+		_, heap, err := settle(s)
+		if err != nil {
+			return 0, err
+		}
+		return heap, profile(s, p.ProfileDir, "pod-memory-"+mode+"-"+at)
 	}
-	if err := addPods(0, 1); err != nil {
-		return err
-	}
-	_, before, err := settle(s)
+	before, err := addPods(0, 1, "before")
 	if err != nil {
 		return err
 	}
-	if err := profile(s, p.ProfileDir, "pod-memory-"+mode+"-before"); err != nil {
-		return err
-	}
-	if err := addPods(1, 1+p.Pods); err != nil {
-		return err
-	}
-	_, after, err := settle(s)
+	after, err := addPods(1, 1+p.Pods, "after")
 	if err != nil {
-		return err
-	}
-	if err := profile(s, p.ProfileDir, "pod-memory-"+mode+"-after"); err != nil {
 		return err
 	}
 	figures[mode+"_heap_kib_per_pod"] = (after - before) / 1024 / float64(p.Planes*p.Pods)
