@@ -75,6 +75,10 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("workloads: %v", err)
 	}
+	podMemory, err := podMemoryScenario(binary, podMemoryParams{Planes: 3, Pods: 2, Workers: 3})
+	if err != nil {
+		t.Fatalf("pod-memory: %v", err)
+	}
 	webhooks, err := webhooksScenario(binary, webhooksParams{Creates: 10, Planes: 5, Workers: 2, SlowCalls: 5, SlowFor: 3 * time.Second, OtherCalls: 10})
 	if err != nil {
 		t.Fatalf("webhooks: %v", err)
@@ -91,7 +95,7 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("noisy-neighbor: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, webhooks, audit, services, noisy)
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, podMemory, webhooks, audit, services, noisy)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -107,7 +111,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1, "noisy-neighbor": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1, "noisy-neighbor": 1, "pod-memory": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {
