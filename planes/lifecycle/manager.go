@@ -24,7 +24,6 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -202,11 +201,9 @@ func New(config Config) (*Manager, error) {
 		held:         map[string]*resetHold{},
 		provisioning: map[string]map[string]int{},
 	}
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
-	m.informer = factory.ForResource(GVR).Informer()
-	if err := m.informer.SetTransform(withoutManagedFields); err != nil {
-		return nil, err
-	}
+	planesList := &planestorage.PlaneListWatch{Store: m.planesStore, Plane: planes.Root, Trim: withoutManagedFields}
+	m.informer = cache.NewSharedIndexInformer(planesList.ListerWatcher(), &unstructured.Unstructured{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if _, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.observe(obj) },
 		UpdateFunc: func(_, obj any) { m.observe(obj) },
@@ -225,17 +222,17 @@ func New(config Config) (*Manager, error) {
 	return m, nil
 }
 
-// withoutManagedFields drops a Plane's managedFields as the informer takes
-// it in. Nothing here reads them, writes of a Plane never start from the
+// withoutManagedFields drops the managedFields of a Plane the informer takes
+// from a watch (its own copy; listed Planes are the watch cache's and keep
+// theirs). Nothing here reads them, writes of a Plane never start from the
 // informer's copy (the API keeps managedFields an update leaves out; the
 // lifecycle's own writes start from the storage's), and in a member's
 // unstructured Plane they were one of the larger parts of what the server
 // holds per plane.
-func withoutManagedFields(obj any) (any, error) {
+func withoutManagedFields(obj runtime.Object) {
 	if accessor, err := meta.Accessor(obj); err == nil {
 		accessor.SetManagedFields(nil)
 	}
-	return obj, nil
 }
 
 // observe records what a Plane object says and queues it.
@@ -493,7 +490,8 @@ func (m *Manager) Phases() map[Phase]int {
 func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
 
 // Informer is the manager's informer of Plane objects, for other
-// controllers to share; Run runs it.
+// controllers to share; Run runs it. Its Planes are those of the Planes'
+// watch cache (planestorage.PlaneListWatch): read them, never modify them.
 func (m *Manager) Informer() cache.SharedIndexInformer { return m.informer }
 
 // Run follows the planes until ctx is done: what every server needs to

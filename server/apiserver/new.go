@@ -342,7 +342,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 	})
 	server.AddPostStartHookOrDie("kplane-planes", func(hook genericapiserver.PostStartHookContext) error {
 		return work.Do(hook, func(ctx context.Context) error {
-			if err := waitForRootCRDs(ctx, s.loopback); err != nil {
+			if err := waitForRootCRDs(ctx, s.customResources); err != nil {
 				return err
 			}
 			// The Plane informers list from the watch caches once these

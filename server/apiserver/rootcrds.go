@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	restclient "k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/manifests"
+	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/crds"
 )
 
 // installRootCRDs creates or updates kplane's own CRDs (manifests/crds) in
@@ -48,23 +49,27 @@ func installRootCRDs(ctx context.Context, loopback *restclient.Config) error {
 	return nil
 }
 
-// waitForRootCRDs returns once every kplane CRD is established.
-func waitForRootCRDs(ctx context.Context, loopback *restclient.Config) error {
-	client, err := apiextensionsclient.NewForConfig(loopback)
+// waitForRootCRDs returns once this server serves every kplane CRD in the
+// root plane. The CRD's Established condition in the datastore is not
+// enough: the index this server serves custom resources from learns of it
+// a moment later, and a server that said ready in between answered the
+// first create of a Plane 404.
+func waitForRootCRDs(ctx context.Context, customResources *crds.Server) error {
+	want, err := manifests.CRDs()
 	if err != nil {
 		return err
 	}
-	crds, err := manifests.CRDs()
-	if err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, want := range crds {
-			crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{})
-			if err != nil || !apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established) {
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for _, crd := range want {
+			gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural}
+			if _, served := customResources.ForResource(planes.Root, gr); !served {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
+	if err != nil {
+		return fmt.Errorf("waiting until the root plane serves kplane's CRDs: %w", err)
+	}
+	return nil
 }
