@@ -11,8 +11,8 @@
 // their context (loopback.Routed) and are refused without one; an Event
 // without one gets a BadRequest Status instead, which the controllers'
 // event recorders do not retry. A write refused because its plane is being
-// deleted answers as a write to a terminating namespace (the plane is part
-// of the namespace the controllers see). JSON only: bodies are rewritten
+// deleted, or is gone, answers as a write to a terminating namespace (the
+// plane is part of the namespace the controllers see). JSON only: bodies are rewritten
 // as JSON.
 package planeclient
 
@@ -69,7 +69,7 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {
 		resp, err = u.reapplyStatus(out, body, resp)
 	}
-	if err == nil && resp.StatusCode == http.StatusConflict {
+	if err == nil && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusNotFound) {
 		resp, err = planeDeleted(resp)
 	}
 	if err != nil || req.URL.Query().Get("watch") == "true" || !isJSON(resp.Header.Get("Content-Type")) {

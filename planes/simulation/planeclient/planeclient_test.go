@@ -162,11 +162,11 @@ func TestNodeNamesOfMatchFieldsUnfolded(t *testing.T) {
 	}
 }
 
-// conflictServer answers every request with status as a 409.
-func conflictServer(t *testing.T, status *apierrors.StatusError) *httptest.Server {
+// refusingServer answers every request with status, at its code.
+func refusingServer(t *testing.T, status *apierrors.StatusError) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusConflict)
+		w.WriteHeader(int(status.Status().Code))
 		body := status.Status()
 		body.Kind, body.APIVersion = "Status", "v1"
 		if err := json.NewEncoder(w).Encode(body); err != nil {
@@ -175,21 +175,25 @@ func conflictServer(t *testing.T, status *apierrors.StatusError) *httptest.Serve
 	}))
 }
 
+// A plane being deleted (409) or already gone (404) is, to the
+// controllers, a terminating namespace; other refusals stay what they are.
 func TestPlaneBeingDeletedIsATerminatingNamespace(t *testing.T) {
-	deleted := apierrors.NewConflict(schema.GroupResource{Group: lifecycle.GVR.Group, Resource: lifecycle.GVR.Resource},
-		"p1", errors.New("the plane is being deleted"))
+	planesResource := schema.GroupResource{Group: lifecycle.GVR.Group, Resource: lifecycle.GVR.Resource}
+	deleted := apierrors.NewConflict(planesResource, "p1", errors.New("the plane is being deleted"))
+	gone := apierrors.NewNotFound(planesResource, "p1")
 	exists := apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pods"}, "web")
+	noNamespace := apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "default")
 	for _, tc := range []struct {
 		answer      *apierrors.StatusError
 		terminating bool
-	}{{deleted, true}, {exists, false}} {
-		srv := conflictServer(t, tc.answer)
+	}{{deleted, true}, {gone, true}, {exists, false}, {noNamespace, false}} {
+		srv := refusingServer(t, tc.answer)
 		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL})))
 		_, err := client.CoreV1().Pods("p1|default").Create(context.Background(),
 			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "p1|default"}}, metav1.CreateOptions{})
 		srv.Close()
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("answer %v: error %v, want the 409", tc.answer, err)
+		if apierrors.ReasonForError(err) != tc.answer.Status().Reason {
+			t.Fatalf("answer %v: error %v, want its reason %s", tc.answer, err, tc.answer.Status().Reason)
 		}
 		if got := apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause); got != tc.terminating {
 			t.Errorf("answer %v: NamespaceTerminating cause %v, want %v (error %#v)", tc.answer, got, tc.terminating, err)

@@ -16,7 +16,8 @@ import (
 )
 
 // planeDeleted adds the NamespaceTerminating cause to the lifecycle's
-// refusal (409) of a write to a plane being deleted. The controllers see
+// refusal of a write to a plane being deleted (409) or already gone (404:
+// a controller's write that comes after the server forgot the plane). The controllers see
 // the plane folded into the namespace, and to them that namespace is going
 // away. Upstream's controllers give up a create in a terminating namespace
 // at once (the ReplicaSet and Job controllers), and event recorders drop
@@ -27,7 +28,7 @@ func planeDeleted(resp *http.Response) (*http.Response, error) {
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return nil, fmt.Errorf("reading a conflict: %w", err)
+		return nil, fmt.Errorf("reading a refusal: %w", err)
 	}
 	var status metav1.Status
 	if json.Unmarshal(body, &status) == nil && status.Kind == "Status" && status.Details != nil &&
