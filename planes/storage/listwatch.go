@@ -63,7 +63,7 @@ func (lw *PlaneListWatch) watch(ctx context.Context, options metav1.ListOptions)
 		return nil, err
 	}
 	opts := storage.ListOptions{ResourceVersion: options.ResourceVersion, Recursive: true,
-		Predicate: storage.Everything, ProgressNotify: options.AllowWatchBookmarks}
+		Predicate: everythingWatched(options.AllowWatchBookmarks)}
 	w, err := s.Watch(planes.WithPlane(ctx, lw.Plane), s.resourcePrefix, opts)
 	if err != nil {
 		return nil, fmt.Errorf("watching %s of plane %s: %w", s.resource, lw.Plane, err)
@@ -77,4 +77,17 @@ func (lw *PlaneListWatch) watch(ctx context.Context, options metav1.ListOptions)
 		}
 		return ev, true
 	}), nil
+}
+
+// everythingWatched is the predicate of a watch of every object of one
+// plane. The Store narrows it to the plane with a field selector, which a
+// watch resumed from the datastore evaluates with GetAttrs: it must have
+// one. Bookmarks keep the informer's resourceVersion moving while its
+// resource does not, as the API's watch does (the registry sets them on
+// the predicate too).
+func everythingWatched(bookmarks bool) storage.SelectionPredicate {
+	p := storage.Everything
+	p.GetAttrs = storage.DefaultNamespaceScopedAttr
+	p.AllowWatchBookmarks = bookmarks
+	return p
 }

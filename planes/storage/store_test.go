@@ -109,3 +109,20 @@ func TestPlanePredicate(t *testing.T) {
 		t.Fatal("another plane's object must not match")
 	}
 }
+
+// The watch of a PlaneListWatch, narrowed to its plane, is evaluated
+// object by object when it resumes from the datastore.
+func TestPlaneListWatchPredicateMatchesItsPlane(t *testing.T) {
+	p := planePredicate(everythingWatched(true), "a")
+	mine := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "a"}}}
+	theirs := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "b"}}}
+	if ok, err := p.Matches(mine); !ok || err != nil {
+		t.Fatalf("own plane's object must match: %v", err)
+	}
+	if ok, _ := p.Matches(theirs); ok {
+		t.Fatal("another plane's object must not match")
+	}
+	if !p.AllowWatchBookmarks {
+		t.Fatal("bookmarks asked for and not kept")
+	}
+}
