@@ -50,10 +50,10 @@ func installRootCRDs(ctx context.Context, loopback *restclient.Config) error {
 }
 
 // waitForRootCRDs returns once this server serves every kplane CRD in the
-// root plane. The CRD's Established condition in the datastore is not
-// enough: the index this server serves custom resources from learns of it
-// a moment later, and a server that said ready in between answered the
-// first create of a Plane 404.
+// root plane: the index this server serves custom resources from holds
+// them established. The condition in the datastore reaches that index a
+// moment later; the index is what a request meets, and reading it costs
+// no request.
 func waitForRootCRDs(ctx context.Context, customResources *crds.Server) error {
 	want, err := manifests.CRDs()
 	if err != nil {
