@@ -69,10 +69,11 @@ func (lw *PlaneListWatch) watch(ctx context.Context, options metav1.ListOptions)
 		return nil, fmt.Errorf("watching %s of plane %s: %w", s.resource, lw.Plane, err)
 	}
 	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
-		if c, ok := ev.Object.(runtime.CacheableObject); ok {
-			ev.Object = c.GetObject()
+		// Only an object the cache's wrapper copied is the informer's own.
+		if copied := unwrap(ev.Object); copied != ev.Object {
+			ev.Object = copied
 			if lw.Trim != nil {
-				lw.Trim(ev.Object)
+				lw.Trim(copied)
 			}
 		}
 		return ev, true

@@ -100,20 +100,23 @@ func TestPlanePredicate(t *testing.T) {
 	if len(p.IndexFields) == 0 || p.IndexFields[0] != PlaneField {
 		t.Fatalf("plane is not the trigger index: %v", p.IndexFields)
 	}
-	mine := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "a"}}}
-	theirs := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "b"}}}
-	if ok, err := p.Matches(mine); !ok || err != nil {
-		t.Fatalf("own plane's object must match: %v", err)
-	}
-	if ok, _ := p.Matches(theirs); ok {
-		t.Fatal("another plane's object must not match")
-	}
+	expectMatchesPlaneA(t, p)
 }
 
 // The watch of a PlaneListWatch, narrowed to its plane, is evaluated
 // object by object when it resumes from the datastore.
 func TestPlaneListWatchPredicateMatchesItsPlane(t *testing.T) {
 	p := planePredicate(everythingWatched(true), "a")
+	expectMatchesPlaneA(t, p)
+	if !p.AllowWatchBookmarks {
+		t.Fatal("bookmarks asked for and not kept")
+	}
+}
+
+// expectMatchesPlaneA checks that p matches plane a's object and not
+// another plane's of the same name.
+func expectMatchesPlaneA(t *testing.T, p storage.SelectionPredicate) {
+	t.Helper()
 	mine := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "a"}}}
 	theirs := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{planes.Annotation: "b"}}}
 	if ok, err := p.Matches(mine); !ok || err != nil {
@@ -121,8 +124,5 @@ func TestPlaneListWatchPredicateMatchesItsPlane(t *testing.T) {
 	}
 	if ok, _ := p.Matches(theirs); ok {
 		t.Fatal("another plane's object must not match")
-	}
-	if !p.AllowWatchBookmarks {
-		t.Fatal("bookmarks asked for and not kept")
 	}
 }
