@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -214,14 +215,12 @@ type CreateHook func(plane string, obj runtime.Object)
 func (r *Registry) SetCreateHook(resource schema.GroupResource, hook CreateHook) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	hooks := map[schema.GroupResource]CreateHook{resource: hook}
+	// Copied, not changed in place: createHook reads without the lock.
+	hooks := map[schema.GroupResource]CreateHook{}
 	if old := r.createHooks.Load(); old != nil {
-		for gr, h := range *old {
-			if gr != resource {
-				hooks[gr] = h
-			}
-		}
+		maps.Copy(hooks, *old)
 	}
+	hooks[resource] = hook
 	r.createHooks.Store(&hooks)
 }
 
