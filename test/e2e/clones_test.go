@@ -158,9 +158,7 @@ func TestCloneBadInput(t *testing.T) {
 		{map[string]any{"from": "root"}, "root plane cannot be cloned"},
 		{map[string]any{"from": other, "template": other}, "not both"},
 	} {
-		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-			"metadata": map[string]any{"name": name}, "spec": c.spec}}
-		_, err := s.Dynamic(t, "root").Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{})
+		_, err := s.Dynamic(t, "root").Resource(planesGVR).Create(ctx, newPlane(name, c.spec), metav1.CreateOptions{})
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("spec %v: want 422 saying %q, got %v", c.spec, c.want, err)
 		}

@@ -367,8 +367,7 @@ func TestMaxPlanesAcrossServers(t *testing.T) {
 	done := make(chan int, n)
 	for i := range n {
 		go func() {
-			p := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": fmt.Sprintf("cap-%d", i)}}}
+			p := newPlane(fmt.Sprintf("cap-%d", i), nil)
 			_, errs[i] = servers[i%2].Dynamic(t, "root").Resource(planeGVR).Create(ctx, p, metav1.CreateOptions{})
 			done <- i
 		}()
@@ -408,9 +407,7 @@ func TestMaxPlanesAcrossServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, framework.DefaultTimeout, "a plane in the freed place, through the other server", func(ctx context.Context) error {
-		p := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kplane.dev/v1", "kind": "Plane", "metadata": map[string]any{"name": "cap-again"}}}
-		_, err := servers[1].Dynamic(t, "root").Resource(planeGVR).Create(ctx, p, metav1.CreateOptions{})
+		_, err := servers[1].Dynamic(t, "root").Resource(planeGVR).Create(ctx, newPlane("cap-again", nil), metav1.CreateOptions{})
 		return err
 	})
 }

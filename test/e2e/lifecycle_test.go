@@ -363,8 +363,7 @@ func TestPlanesStoredReadyAtCreate(t *testing.T) {
 		if c.template != "" {
 			spec["template"] = c.template
 		}
-		created, err := planesAPI.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1",
-			"kind": "Plane", "metadata": map[string]any{"name": c.name}, "spec": spec}}, metav1.CreateOptions{})
+		created, err := planesAPI.Create(ctx, newPlane(c.name, spec), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", c.what, err)
 		}
@@ -411,8 +410,7 @@ func TestPlaneDeletedAndMadeAgainAtOnce(t *testing.T) {
 			}
 			return nil
 		})
-		plane := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-			"metadata": map[string]any{"name": name}}}
+		plane := newPlane(name, nil)
 		// 409 while the name is still being released; tried again at once,
 		// as an episode loop does, so that the create lands while the
 		// deletion's cleanup is still under way.

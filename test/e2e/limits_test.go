@@ -26,8 +26,7 @@ import (
 // until the plane answers ready.
 func createLimitedPlane(t *testing.T, s *framework.Server, name string, limits map[string]any) {
 	t.Helper()
-	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-		"metadata": map[string]any{"name": name}, "spec": map[string]any{"limits": limits}}}
+	p := newPlane(name, map[string]any{"limits": limits})
 	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating plane %s with limits %v: %v", name, limits, err)
 	}
@@ -393,9 +392,7 @@ func TestPlaneLimitsInvalid(t *testing.T) {
 		{map[string]any{"requestBurst": 5}, "spec.limits.requestBurst"},
 	} {
 		name := uniquePlane(t, "limit-invalid")
-		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-			"metadata": map[string]any{"name": name}, "spec": map[string]any{"limits": tc.limits}}}
-		_, err := planes.Create(context.Background(), p, metav1.CreateOptions{})
+		_, err := planes.Create(context.Background(), newPlane(name, map[string]any{"limits": tc.limits}), metav1.CreateOptions{})
 		if !apierrors.IsInvalid(err) {
 			t.Fatalf("limits %v: want 422, got %v", tc.limits, err)
 		}
@@ -497,9 +494,7 @@ func TestPlaneLimitClone(t *testing.T) {
 	})
 	planesClient := s.Dynamic(t, "root").Resource(planesGVR)
 	clone := func(name string, limits map[string]any) error {
-		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-			"metadata": map[string]any{"name": name}, "spec": map[string]any{"from": src, "limits": limits}}}
-		_, err := planesClient.Create(ctx, p, metav1.CreateOptions{})
+		_, err := planesClient.Create(ctx, newPlane(name, map[string]any{"from": src, "limits": limits}), metav1.CreateOptions{})
 		return err
 	}
 	for limit, limits := range map[string]map[string]any{

@@ -39,9 +39,7 @@ func createPlane(t *testing.T, s *framework.Server, name, template string) {
 	if template != "" {
 		spec["template"] = template
 	}
-	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-		"metadata": map[string]any{"name": name}, "spec": spec}}
-	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+	if _, err := s.Dynamic(t, "root").Resource(planesGVR).Create(context.Background(), newPlane(name, spec), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating plane %s from %q: %v", name, template, err)
 	}
 	c := s.Client(t, name)
@@ -49,6 +47,17 @@ func createPlane(t *testing.T, s *framework.Server, name, template string) {
 		_, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
 	})
+}
+
+// newPlane is a Plane object named name with spec (none if nil), for a
+// create in the root plane.
+func newPlane(name string, spec map[string]any) *unstructured.Unstructured {
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
+		"metadata": map[string]any{"name": name}}}
+	if spec != nil {
+		p.Object["spec"] = spec
+	}
+	return p
 }
 
 // resetPlane POSTs /reset to plane and returns the HTTP status.
@@ -292,9 +301,7 @@ func TestTemplateBadInput(t *testing.T) {
 		name:            "its own template",
 		"root":          "root plane cannot be a template",
 	} {
-		p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-			"metadata": map[string]any{"name": name}, "spec": map[string]any{"template": template}}}
-		_, err := s.Dynamic(t, "root").Resource(planesGVR).Create(ctx, p, metav1.CreateOptions{})
+		_, err := s.Dynamic(t, "root").Resource(planesGVR).Create(ctx, newPlane(name, map[string]any{"template": template}), metav1.CreateOptions{})
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("template %q: want 422 saying %q, got %v", template, want, err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -235,9 +234,7 @@ func TestWorkloadsInFreshMembers(t *testing.T) {
 	for _, member := range names {
 		c := s.Client(t, member)
 		go func() {
-			p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kplane.dev/v1", "kind": "Plane",
-				"metadata": map[string]any{"name": member}, "spec": map[string]any{"template": tmpl}}}
-			if _, err := planes.Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			if _, err := planes.Create(t.Context(), newPlane(member, map[string]any{"template": tmpl}), metav1.CreateOptions{}); err != nil {
 				errs <- err
 				return
 			}
