@@ -55,7 +55,7 @@ type tolerantCodec struct {
 }
 
 func (c tolerantCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	obj, gvk, err := c.Codec.Decode(data, defaults, into)
+	obj, gvk, err := c.decode(data, defaults, into)
 	if err == nil {
 		return obj, gvk, nil
 	}
@@ -65,6 +65,35 @@ func (c tolerantCodec) Decode(data []byte, defaults *schema.GroupVersionKind, in
 	}
 	stubGVK := stub.GroupVersionKind()
 	return stub, &stubGVK, nil
+}
+
+// decode reads an object stored in the version it is read in without
+// converting it. Upstream's custom-resource codec converts every object it
+// decodes into one of a set version, the same one included: a deep copy and
+// a second schema coercion of what its decoder has just coerced, a third of
+// the time a watch cache of custom resources spends filling itself. An
+// object decoded into itself takes the decoder's coercion and defaulting
+// and skips the conversion; one stored in another version, or that does
+// not decode so, takes upstream's path.
+func (c tolerantCodec) decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	u, ok := into.(*unstructured.Unstructured)
+	if !ok || u == nil {
+		return c.Codec.Decode(data, defaults, into)
+	}
+	// Upstream's conversion keeps the stored kind: into names the version.
+	want := u.GroupVersionKind().GroupVersion()
+	if want.Empty() {
+		return c.Codec.Decode(data, defaults, into)
+	}
+	// Without a version of its own, into is decoded in place.
+	u.Object = nil
+	obj, gvk, err := c.Codec.Decode(data, defaults, u)
+	if err == nil && obj == into && u.GroupVersionKind().GroupVersion() == want {
+		return obj, gvk, nil
+	}
+	u.Object = nil
+	u.SetAPIVersion(want.String())
+	return c.Codec.Decode(data, defaults, into)
 }
 
 // identityOf builds an object holding only the identity of the stored

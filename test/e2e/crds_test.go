@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 
 	"kplane.dev/kplane/test/e2e/framework"
 )
@@ -330,4 +331,101 @@ spec:
 	case <-ctx.Done():
 		t.Fatal("the watch gave nothing after the CRD's updates")
 	}
+}
+
+// TestCustomResourcesReadInTheirCRDsShape: a custom resource is read the
+// way its CRD says now, whichever version it was stored in: in the version
+// asked for, pruned and defaulted by the current schema on every read.
+func TestCustomResourcesReadInTheirCRDsShape(t *testing.T) {
+	t.Parallel()
+	plane := uniquePlane(t, "crd-shape")
+	// A group no other test uses: the CRD's content is this plane's alone.
+	const name = "dials.readshape.example.com"
+	// Both versions have one schema: what a read shows does not depend on
+	// the version the object is converted through.
+	crd := func(storage, spec string) string {
+		return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: dials.readshape.example.com}
+spec:
+  group: readshape.example.com
+  scope: Namespaced
+  names: {plural: dials, singular: dial, kind: Dial}
+  versions:
+  - {name: v1beta1, served: true, storage: %t, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: %s}}}}}
+  - {name: v1, served: true, storage: %t, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: %s}}}}}
+`, storage == "v1beta1", spec, storage == "v1", spec)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), framework.DefaultTimeout)
+	defer cancel()
+	dials := func(version string) dynamic.ResourceInterface {
+		return shared.Dynamic(t, plane).Resource(schema.GroupVersionResource{
+			Group: "readshape.example.com", Version: version, Resource: "dials"}).Namespace("default")
+	}
+	dial := func(version, name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "readshape.example.com/" + version,
+			"kind": "Dial", "metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+
+	// old is stored in v1beta1.
+	shared.MustKubectl(t, plane, crd("v1beta1", `{size: {type: integer}, color: {type: string}}`), "apply", "-f", "-")
+	waitEstablished(t, shared, plane, name)
+	if _, err := dials("v1beta1").Create(ctx, dial("v1beta1", "old", map[string]any{"size": int64(1), "color": "red"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// new is stored in v1, once a dry run shows the CRD's update serving.
+	shared.MustKubectl(t, plane, crd("v1", `{size: {type: integer}, mode: {type: string}, tier: {type: string, default: silver}}`), "apply", "-f", "-")
+	framework.Eventually(t, framework.DefaultTimeout, "v1 the storage version", func(ctx context.Context) error {
+		probe, err := dials("v1").Create(ctx, dial("v1", "probe", map[string]any{}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if tier, _, _ := unstructured.NestedString(probe.Object, "spec", "tier"); tier != "silver" {
+			return fmt.Errorf("a dry-run dial has tier %q", tier)
+		}
+		return nil
+	})
+	if _, err := dials("v1").Create(ctx, dial("v1", "new", map[string]any{"size": int64(2), "mode": "manual"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The schema loses color and mode, and tier's default changes: stored
+	// objects are pruned when read, and old, stored without a tier, gets
+	// the new default.
+	shared.MustKubectl(t, plane, crd("v1", `{size: {type: integer}, tier: {type: string, default: gold}}`), "apply", "-f", "-")
+
+	want := map[string]string{"old": "map[size:1 tier:gold]", "new": "map[size:2 tier:silver]"}
+	framework.Eventually(t, framework.DefaultTimeout, "dials read in the CRD's new shape", func(ctx context.Context) error {
+		for _, version := range []string{"v1beta1", "v1"} {
+			for name, spec := range want {
+				got, err := dials(version).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("GET %s %s: %w", version, name, err)
+				}
+				if err := dialIs(got, version, spec); err != nil {
+					return fmt.Errorf("GET %s: %w", version, err)
+				}
+			}
+			list, err := dials(version).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return fmt.Errorf("LIST %s: %w", version, err)
+			}
+			if len(list.Items) != len(want) {
+				return fmt.Errorf("LIST %s: %d dials, want %d", version, len(list.Items), len(want))
+			}
+			for i := range list.Items {
+				if err := dialIs(&list.Items[i], version, want[list.Items[i].GetName()]); err != nil {
+					return fmt.Errorf("LIST %s: %w", version, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func dialIs(got *unstructured.Unstructured, version, spec string) error {
+	gotSpec, _, _ := unstructured.NestedMap(got.Object, "spec")
+	if got.GetAPIVersion() != "readshape.example.com/"+version || fmt.Sprint(gotSpec) != spec {
+		return fmt.Errorf("%s %s has spec %v, want %s %s", got.GetAPIVersion(), got.GetName(), gotSpec, version, spec)
+	}
+	return nil
 }
