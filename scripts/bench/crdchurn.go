@@ -164,20 +164,8 @@ func (c churner) cycle(ctx context.Context, i int) error {
 	if _, err := api.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s not established: %w", crd.Name, err)
+	if err := waitEstablished(ctx, c.crds, crd.Name); err != nil {
+		return err
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: "v1", Resource: crd.Spec.Names.Plural}
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": crd.Spec.Group + "/v1", "kind": crd.Spec.Names.Kind,
@@ -226,4 +214,24 @@ func churnCRD(i int) *apiextensionsv1.CustomResourceDefinition {
 			}},
 		},
 	}
+}
+
+// waitEstablished waits until CRD name is established.
+func waitEstablished(ctx context.Context, crds apiextensionsclient.Interface, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not established: %w", name, err)
+	}
+	return nil
 }

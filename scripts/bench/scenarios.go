@@ -11,17 +11,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
 type scenariosParams struct {
-	// Objects in the template (over five kinds).
+	// Objects in the template (over ten kinds, fillScenario).
 	Objects int
 	// Members of the Fleet made from the template.
 	Members int
@@ -90,7 +94,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
-			"The template holds ConfigMaps, Secrets, ServiceAccounts, Roles and RoleBindings in one namespace (no custom resources yet).",
+			"The template holds `objects` objects of ten kinds: namespace shop, a CRD and 100 of its custom resources, and ConfigMaps, Secrets, ServiceAccounts, Roles, RoleBindings, Services (without selector) and NetworkPolicies in shop.",
 		},
 	}, nil
 }
@@ -101,11 +105,7 @@ func scenarioTemplate(ctx context.Context, s *server, root dynamic.Interface, ob
 	if err := createBenchPlane(ctx, s, root, "scenario", ""); err != nil {
 		return err
 	}
-	tc, err := s.client("scenario")
-	if err != nil {
-		return err
-	}
-	if err := fillScenario(ctx, tc, objects); err != nil {
+	if err := fillScenario(ctx, s, "scenario", objects); err != nil {
 		return fmt.Errorf("filling the template: %w", err)
 	}
 	return nil
@@ -141,27 +141,109 @@ func createBenchPlane(ctx context.Context, s *server, root dynamic.Interface, na
 	})
 }
 
-// fillScenario writes objects objects into namespace shop of c.
-func fillScenario(ctx context.Context, c kubernetes.Interface, objects int) error {
+// The template's custom resources: 100, or a fifth of a smaller
+// template.
+const scenarioCustomResources = 100
+
+var gizmosGVR = schema.GroupVersionResource{Group: "scenario.example.com", Version: "v1", Resource: "gizmos"}
+
+// fillScenario writes objects objects into plane: namespace shop, a CRD
+// and its custom resources, and ConfigMaps, Secrets, ServiceAccounts,
+// Roles, RoleBindings, Services (without selector: no endpoints to keep)
+// and NetworkPolicies in shop; ten kinds.
+func fillScenario(ctx context.Context, s *server, plane string, objects int) error {
+	c, err := s.client(plane)
+	if err != nil {
+		return err
+	}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	for i := 0; i < objects-1; i++ {
-		meta := metav1.ObjectMeta{Name: fmt.Sprintf("o-%d", i), Namespace: "shop", Labels: map[string]string{"i": strconv.Itoa(i % 7)}}
-		var err error
-		switch i % 5 {
-		case 0, 1:
-			_, err = c.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"v": fmt.Sprintf("%0200d", i)}}, metav1.CreateOptions{})
-		case 2:
-			_, err = c.CoreV1().Secrets("shop").Create(ctx, &corev1.Secret{ObjectMeta: meta, StringData: map[string]string{"k": fmt.Sprintf("%0100d", i)}}, metav1.CreateOptions{})
-		case 3:
-			_, err = c.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
-		default:
-			_, err = c.RbacV1().Roles("shop").Create(ctx, &rbacv1.Role{ObjectMeta: meta,
-				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
-		}
-		if err != nil {
+	crs := min(scenarioCustomResources, objects/5)
+	if err := scenarioCustomResourcesIn(ctx, s, plane, crs); err != nil {
+		return err
+	}
+	for i := 0; i < objects-crs-2; i++ {
+		if err := createScenarioObject(ctx, c, i); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// createScenarioObject creates the i-th built-in object of the template;
+// changeConfigMaps knows which are ConfigMaps.
+func createScenarioObject(ctx context.Context, c kubernetes.Interface, i int) error {
+	meta := metav1.ObjectMeta{Name: fmt.Sprintf("o-%d", i), Namespace: "shop", Labels: map[string]string{"i": strconv.Itoa(i % 7)}}
+	var err error
+	switch i % 8 {
+	case 0, 1:
+		_, err = c.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"v": fmt.Sprintf("%0200d", i)}}, metav1.CreateOptions{})
+	case 2:
+		_, err = c.CoreV1().Secrets("shop").Create(ctx, &corev1.Secret{ObjectMeta: meta, StringData: map[string]string{"k": fmt.Sprintf("%0100d", i)}}, metav1.CreateOptions{})
+	case 3:
+		_, err = c.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
+	case 4:
+		_, err = c.RbacV1().Roles("shop").Create(ctx, &rbacv1.Role{ObjectMeta: meta,
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+	case 5:
+		_, err = c.RbacV1().RoleBindings("shop").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta,
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: fmt.Sprintf("o-%d", i-1)},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: fmt.Sprintf("o-%d", i-2), Namespace: "shop"}}}, metav1.CreateOptions{})
+	case 6:
+		_, err = c.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: meta,
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	default:
+		_, err = c.NetworkingV1().NetworkPolicies("shop").Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: meta,
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}, metav1.CreateOptions{})
+	}
+	return err
+}
+
+// scenarioCustomResourcesIn creates the gizmos CRD in plane, waits until
+// it is established and creates n gizmos in shop.
+func scenarioCustomResourcesIn(ctx context.Context, s *server, plane string, n int) error {
+	crds, err := apiextensionsclient.NewForConfig(s.config(plane))
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gizmos.scenario.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: gizmosGVR.Group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gizmos", Singular: "gizmo", Kind: "Gizmo", ListKind: "GizmoList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"size": {Type: "integer"}, "color": {Type: "string"}}}}}}}},
+		},
+	}
+	if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the gizmos CRD: %w", err)
+	}
+	if err := waitEstablished(ctx, crds, crd.Name); err != nil {
+		return err
+	}
+	gizmos, err := dynamic.NewForConfig(s.config(plane))
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		gizmo := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scenario.example.com/v1", "kind": "Gizmo",
+			"metadata": map[string]any{"name": fmt.Sprintf("g-%d", i)},
+			"spec":     map[string]any{"size": int64(i), "color": fmt.Sprintf("%050d", i)}}}
+		err := waitFor(ctx, func() (bool, error) {
+			_, err := gizmos.Resource(gizmosGVR).Namespace("shop").Create(ctx, gizmo, metav1.CreateOptions{})
+			// The plane's discovery may lag the Established condition by
+			// a moment: the first create is retried on 404.
+			if apierrors.IsNotFound(err) && i == 0 {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if err != nil {
+			return fmt.Errorf("creating gizmo %d: %w", i, err)
 		}
 	}
 	return nil
@@ -266,11 +348,7 @@ func copyPlane(ctx context.Context, s *server, root dynamic.Interface, name stri
 	if err := createBenchPlane(ctx, s, root, name, ""); err != nil {
 		return err
 	}
-	c, err := s.client(name)
-	if err != nil {
-		return err
-	}
-	return fillScenario(ctx, c, objects)
+	return fillScenario(ctx, s, name, objects)
 }
 
 func resets(ctx context.Context, s *server, root dynamic.Interface, p scenariosParams, figures map[string]float64) error {
@@ -370,8 +448,8 @@ func resetsAlone(binary, prefix string, p scenariosParams, figures map[string]fl
 
 func changeConfigMaps(ctx context.Context, c kubernetes.Interface, n, round int) error {
 	for i := range n {
-		// o-0, o-1, o-5, o-6, ... are ConfigMaps (fillScenario).
-		name := fmt.Sprintf("o-%d", 5*(i/2)+i%2)
+		// o-0, o-1, o-8, o-9, ... are ConfigMaps (createScenarioObject).
+		name := fmt.Sprintf("o-%d", 8*(i/2)+i%2)
 		patch := fmt.Appendf(nil, `{"data":{"round":"%d"}}`, round)
 		if _, err := c.CoreV1().ConfigMaps("shop").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return err
