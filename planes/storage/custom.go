@@ -35,13 +35,14 @@ func objectKeyFunc(resourcePrefix string) func(runtime.Object) (string, error) {
 }
 
 // tolerantConfig returns config with a codec that never fails to decode a
-// stored custom resource.
-func tolerantConfig(config *storagebackend.ConfigForResource) *storagebackend.ConfigForResource {
+// stored custom resource, and converts only the objects of planes owns
+// says are served with it.
+func tolerantConfig(config *storagebackend.ConfigForResource, version schema.GroupVersion, owns func(plane string) bool) *storagebackend.ConfigForResource {
 	if config == nil || config.Codec == nil {
 		return config
 	}
 	copied := *config
-	copied.Codec = tolerantCodec{Codec: config.Codec}
+	copied.Codec = tolerantCodec{Codec: config.Codec, version: version, owns: owns}
 	return &copied
 }
 
@@ -52,6 +53,12 @@ func tolerantConfig(config *storagebackend.ConfigForResource) *storagebackend.Co
 // break another plane's cache.
 type tolerantCodec struct {
 	runtime.Codec
+	// version is the version the codec decodes into: the storage's served
+	// version.
+	version schema.GroupVersion
+	// owns reports whether the storage serves plane's objects (nil: every
+	// plane's).
+	owns func(plane string) bool
 }
 
 func (c tolerantCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -75,7 +82,20 @@ func (c tolerantCodec) Decode(data []byte, defaults *schema.GroupVersionKind, in
 // object decoded into itself takes the decoder's coercion and defaulting
 // and skips the conversion; one stored in another version, or that does
 // not decode so, takes upstream's path.
+//
+// An object of a plane this storage does not serve is never converted: its
+// cache holds every plane's objects of the resource (one datastore
+// prefix), and converting them could call this content's conversion
+// webhook, one plane's, with another plane's objects. Nothing serves such
+// an object from this storage.
 func (c tolerantCodec) decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if into == nil && !c.version.Empty() {
+		// A watch event's object: decoded into one of the version upstream
+		// would convert it to.
+		fresh := &unstructured.Unstructured{}
+		fresh.SetAPIVersion(c.version.String())
+		into = fresh
+	}
 	u, ok := into.(*unstructured.Unstructured)
 	if !ok || u == nil {
 		return c.Codec.Decode(data, defaults, into)
@@ -88,12 +108,17 @@ func (c tolerantCodec) decode(data []byte, defaults *schema.GroupVersionKind, in
 	// Without a version of its own, into is decoded in place.
 	u.Object = nil
 	obj, gvk, err := c.Codec.Decode(data, defaults, u)
-	if err == nil && obj == into && u.GroupVersionKind().GroupVersion() == want {
+	if err == nil && obj == into && (u.GroupVersionKind().GroupVersion() == want || !c.serves(u)) {
 		return obj, gvk, nil
 	}
 	u.Object = nil
 	u.SetAPIVersion(want.String())
 	return c.Codec.Decode(data, defaults, into)
+}
+
+// serves reports whether obj's plane is served with this storage's CRD.
+func (c tolerantCodec) serves(obj *unstructured.Unstructured) bool {
+	return c.owns == nil || c.owns(planes.OfObject(obj))
 }
 
 // identityOf builds an object holding only the identity of the stored

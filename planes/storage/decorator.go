@@ -81,7 +81,7 @@ func (r *Registry) resolveContent(plane string, resource schema.GroupResource) (
 func (r *Registry) OnNewStore(f func(*Store)) {
 	r.mu.Lock()
 	r.onNew = append(r.onNew, f)
-	existing := r.storesLocked()
+	existing := r.storesLocked(false)
 	r.mu.Unlock()
 	for _, s := range existing {
 		f(s)
@@ -135,6 +135,28 @@ type sharedStorage struct {
 	store   *Store
 	destroy factory.DestroyFunc
 	refs    int
+	// family: the storages of one CRD content's served versions share it.
+	family string
+}
+
+// hasFamilyLocked reports whether a storage of family (not empty) that is
+// not a mirror exists.
+func hasFamilyLocked(m map[string]*sharedStorage, family string) bool {
+	if family == "" {
+		return false
+	}
+	for _, s := range m {
+		if s.family == family && !s.store.mirror {
+			return true
+		}
+	}
+	return false
+}
+
+// servedGroupVersion is the group version the objects newFunc makes are
+// of.
+func servedGroupVersion(newFunc func() runtime.Object) schema.GroupVersion {
+	return newFunc().GetObjectKind().GroupVersionKind().GroupVersion()
 }
 
 // Wrap returns a getter that hands out delegate's storage (normally the
@@ -188,25 +210,38 @@ func (r *Registry) StorageFor(plane string, resource schema.GroupResource) *Stor
 
 func findLocked(m map[string]*sharedStorage, resource schema.GroupResource, content string) *Store {
 	for _, s := range m {
-		if s.store.resource == resource && s.store.content == content {
+		if s.store.resource == resource && s.store.content == content && !s.store.mirror {
 			return s.store
 		}
 	}
 	return nil
 }
 
-// Stores returns every storage built so far.
+// Stores returns every storage built so far, one per resource and CRD
+// content: what followers, counters, wipes, clones and snapshots go
+// through. The other served versions of a CRD have storages of their own
+// (Caches) that serve their version's requests only.
 func (r *Registry) Stores() []*Store {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.storesLocked()
+	return r.storesLocked(false)
 }
 
-func (r *Registry) storesLocked() []*Store {
+// Caches returns every storage built so far, the other served versions of
+// CRDs included: every watch cache there is.
+func (r *Registry) Caches() []*Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.storesLocked(true)
+}
+
+func (r *Registry) storesLocked(mirrors bool) []*Store {
 	stores := make([]*Store, 0, len(r.builtin)+len(r.custom))
 	for _, m := range []map[string]*sharedStorage{r.builtin, r.custom} {
 		for _, s := range m {
-			stores = append(stores, s.store)
+			if mirrors || !s.store.mirror {
+				stores = append(stores, s.store)
+			}
 		}
 	}
 	return stores
@@ -234,15 +269,24 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		shared, key := r.builtin, memoKey(config, resourcePrefix)
+		var family string
 		if content != "" {
-			shared, key = r.custom, key+"|"+content
+			// One storage per served version, as upstream: each decodes,
+			// converts, prunes and defaults the stored objects into its
+			// own version. The first of a content's versions is the one
+			// the rest of kplane follows; the others are its mirrors.
+			family = key + "|" + content
+			shared, key = r.custom, family+"|"+servedGroupVersion(newFunc).Version
 			// One prefix holds every plane's objects, whatever their CRD:
 			// this storage's cache sees objects of planes whose CRD differs
 			// (scope, versions). Their keys must not collide and an object
 			// it cannot decode must not end its watch; such objects are
 			// never served from it (Owns, StorageFor).
 			cacheKeyFunc = objectKeyFunc(resourcePrefix)
-			config = tolerantConfig(config)
+			config = tolerantConfig(config, servedGroupVersion(newFunc), func(plane string) bool {
+				owner, ok := r.resolveContent(plane, resource)
+				return ok && owner == content
+			})
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -256,10 +300,12 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, content: content, registry: r,
 			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{}), codec: codecOf(config),
-			keyPrefix: datastoreKeyPrefix(config)}
-		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1}
-		for _, f := range r.onNew {
-			go f(store)
+			keyPrefix: datastoreKeyPrefix(config), mirror: hasFamilyLocked(shared, family)}
+		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1, family: family}
+		if !store.mirror {
+			for _, f := range r.onNew {
+				go f(store)
+			}
 		}
 		return store, r.release(shared, key), nil
 	}

@@ -21,11 +21,23 @@ import (
 // is a built-in resource.
 func buildStore(t *testing.T, r *Registry, resource schema.GroupResource, prefix, content string) *Store {
 	t.Helper()
+	return buildVersionStore(t, r, resource, prefix, content, schema.GroupVersion{})
+}
+
+// buildVersionStore is buildStore for the registry of one served version.
+func buildVersionStore(t *testing.T, r *Registry, resource schema.GroupResource, prefix, content string, version schema.GroupVersion) *Store {
+	t.Helper()
 	inner := func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
 		func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
 		return &recorder{}, func() {}, nil
 	}
-	newFunc := func() runtime.Object { return &unstructured.Unstructured{} }
+	newFunc := func() runtime.Object {
+		u := &unstructured.Unstructured{}
+		if !version.Empty() {
+			u.SetAPIVersion(version.String())
+		}
+		return u
+	}
 	s, _, err := r.decorate(resource, content, generic.StorageDecorator(inner))(nil, prefix, nil, newFunc, newFunc, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +83,39 @@ func TestRegistryKeepsBuiltinAndCustomApart(t *testing.T) {
 	}
 	if again := buildStore(t, r, gizmos, "/example.org/gizmos", "c1"); again != c1 {
 		t.Error("identical CRD content does not share its storage")
+	}
+}
+
+// Each served version of a CRD content has a storage of its own, as
+// upstream; the first is the one followed and found, the others only
+// serve their version's requests.
+func TestRegistryServedVersionsHaveStoragesOfTheirOwn(t *testing.T) {
+	r := NewRegistry()
+	gizmos := schema.GroupResource{Group: "example.org", Resource: "gizmos"}
+	r.SetContentResolver(func(plane string, gr schema.GroupResource) (string, bool) { return "c1", plane == "a" })
+	build := func(version string) *Store {
+		return buildVersionStore(t, r, gizmos, "/example.org/gizmos", "c1", schema.GroupVersion{Group: "example.org", Version: version})
+	}
+	v1, v2 := build("v1"), build("v2")
+	if v1 == v2 || v1.mirror || !v2.mirror {
+		t.Fatalf("versions v1 and v2: one storage %v, mirrors %v and %v; want two, v2 a mirror of v1", v1 == v2, v1.mirror, v2.mirror)
+	}
+	if build("v2") != v2 {
+		t.Error("a version's registries do not share its storage")
+	}
+	if r.StorageFor("a", gizmos) != v1 {
+		t.Error("StorageFor does not return the first version's storage")
+	}
+	if got := r.Stores(); len(got) != 1 || got[0] != v1 {
+		t.Errorf("Stores %v, want the first version's only", got)
+	}
+	if got := r.Caches(); len(got) != 2 {
+		t.Errorf("Caches has %d storages, want both versions'", len(got))
+	}
+	var followed []*Store
+	r.OnNewStore(func(s *Store) { followed = append(followed, s) })
+	if len(followed) != 1 || followed[0] != v1 {
+		t.Errorf("followed %v, want the first version's storage only", followed)
 	}
 }
 

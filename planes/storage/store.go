@@ -33,6 +33,9 @@ type Store struct {
 	// keyPrefix is what the datastore's keys of this storage begin with
 	// before the storage key ("/registry/").
 	keyPrefix string
+	// mirror: the storage of another served version of a CRD content
+	// whose first version's storage is the one followed (Stores).
+	mirror bool
 }
 
 var _ storage.Interface = &Store{}

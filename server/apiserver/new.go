@@ -353,7 +353,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			if err := s.customResources.EnsureStorages(ctx, planes.Root); err != nil {
 				return err
 			}
-			waitForWatchCaches(ctx, c.storage.Stores())
+			waitForWatchCaches(ctx, c.storage.Caches())
 			// Runs past the hook: started on the hook's context.
 			work.Go(hook, s.planes.Run)
 			return waitFor(ctx, s.planes.HasSynced)
@@ -371,7 +371,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// Nothing is written before the watch caches hold their state: a
 		// write in between would make a watch resumed from before a
 		// restart answer 410 instead of going on.
-		waitForWatchCaches(hook, c.storage.Stores())
+		waitForWatchCaches(hook, c.storage.Caches())
 		s.electors.run(hook, work)
 		return work.Do(hook, s.electors.waitForManifests)
 	})
@@ -379,7 +379,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// Ready once every watch cache holds its state, as kube-apiserver's
 		// storage-readiness hook: clients' first writes come after the
 		// caches' lists, so a watch resumed from before a restart goes on.
-		waitForWatchCaches(ctx, c.storage.Stores())
+		waitForWatchCaches(ctx, c.storage.Caches())
 		return nil
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {

@@ -335,15 +335,17 @@ spec:
 
 // TestCustomResourcesReadInTheirCRDsShape: a custom resource is read the
 // way its CRD says now, whichever version it was stored in: in the version
-// asked for, pruned and defaulted by the current schema on every read.
+// asked for, pruned and defaulted by the current schema on every read, and
+// pruned by the schema of the version asked for, as upstream's storage of
+// each served version does.
 func TestCustomResourcesReadInTheirCRDsShape(t *testing.T) {
 	t.Parallel()
 	plane := uniquePlane(t, "crd-shape")
 	// A group no other test uses: the CRD's content is this plane's alone.
 	const name = "dials.readshape.example.com"
-	// Both versions have one schema: what a read shows does not depend on
-	// the version the object is converted through.
-	crd := func(storage, spec string) string {
+	// Both versions have one schema (v1 gains a field of its own at the
+	// end).
+	crdOf := func(storage, spec, v1Spec string) string {
 		return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: dials.readshape.example.com}
@@ -354,8 +356,9 @@ spec:
   versions:
   - {name: v1beta1, served: true, storage: %t, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: %s}}}}}
   - {name: v1, served: true, storage: %t, schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: %s}}}}}
-`, storage == "v1beta1", spec, storage == "v1", spec)
+`, storage == "v1beta1", spec, storage == "v1", v1Spec)
 	}
+	crd := func(storage, spec string) string { return crdOf(storage, spec, spec) }
 	ctx, cancel := context.WithTimeout(context.Background(), framework.DefaultTimeout)
 	defer cancel()
 	dials := func(version string) dynamic.ResourceInterface {
@@ -393,9 +396,40 @@ spec:
 	// the new default.
 	shared.MustKubectl(t, plane, crd("v1", `{size: {type: integer}, tier: {type: string, default: gold}}`), "apply", "-f", "-")
 
-	want := map[string]string{"old": "map[size:1 tier:gold]", "new": "map[size:2 tier:silver]"}
+	want := map[string]map[string]string{"v1beta1": {"old": "map[size:1 tier:gold]", "new": "map[size:2 tier:silver]"}}
+	want["v1"] = want["v1beta1"]
+	readAsWanted(t, dials, want)
+
+	// v1 gains a field of its own: a dial written with it through v1
+	// keeps it there and shows without it through v1beta1, whose schema
+	// prunes it.
+	shared.MustKubectl(t, plane, crdOf("v1", `{size: {type: integer}, tier: {type: string, default: gold}}`,
+		`{size: {type: integer}, tier: {type: string, default: gold}, wide: {type: string}}`), "apply", "-f", "-")
+	wide := dial("v1", "wide", map[string]any{"size": int64(3), "wide": "yes"})
+	framework.Eventually(t, framework.DefaultTimeout, "v1 serving its new field", func(ctx context.Context) error {
+		probe, err := dials("v1").Create(ctx, wide, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if field, _, _ := unstructured.NestedString(probe.Object, "spec", "wide"); field != "yes" {
+			return fmt.Errorf("a dry-run dial has spec %v", probe.Object["spec"])
+		}
+		return nil
+	})
+	if _, err := dials("v1").Create(ctx, wide, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want["v1"] = map[string]string{"old": "map[size:1 tier:gold]", "new": "map[size:2 tier:silver]", "wide": "map[size:3 tier:gold wide:yes]"}
+	want["v1beta1"] = map[string]string{"old": "map[size:1 tier:gold]", "new": "map[size:2 tier:silver]", "wide": "map[size:3 tier:gold]"}
+	readAsWanted(t, dials, want)
+}
+
+// readAsWanted waits until every dial reads, by GET and LIST in each
+// version of want, with the spec want gives it.
+func readAsWanted(t *testing.T, dials func(version string) dynamic.ResourceInterface, want map[string]map[string]string) {
+	t.Helper()
 	framework.Eventually(t, framework.DefaultTimeout, "dials read in the CRD's new shape", func(ctx context.Context) error {
-		for _, version := range []string{"v1beta1", "v1"} {
+		for version, want := range want {
 			for name, spec := range want {
 				got, err := dials(version).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {

@@ -765,8 +765,14 @@ func TestConversionWebhookPerPlane(t *testing.T) {
 		return schema.GroupVersionResource{Group: "conv.example.org", Version: v, Resource: "gadgets"}
 	}
 	for _, plane := range []string{a, b} {
-		createEstablished(ctx, t, shared, plane, convertedCRD(apiextensionsv1.WebhookClientConfig{
-			URL: ptr.To(hook.url + "/convert/" + plane), CABundle: hook.caBundle}))
+		crd := convertedCRD(apiextensionsv1.WebhookClientConfig{
+			URL: ptr.To(hook.url + "/convert/" + plane), CABundle: hook.caBundle})
+		if plane == b {
+			// b lists v2 first: a storage reading v2 is built first, and
+			// must not convert plane a's objects through b's webhook.
+			slices.Reverse(crd.Spec.Versions)
+		}
+		createEstablished(ctx, t, shared, plane, crd)
 	}
 	for _, plane := range []string{a, b} {
 		d := shared.Dynamic(t, plane)
