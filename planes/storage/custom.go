@@ -47,10 +47,10 @@ func tolerantConfig(config *storagebackend.ConfigForResource, version schema.Gro
 }
 
 // tolerantCodec decodes what its CRD content can, and keeps only the
-// identity of what it cannot (an object stored in a version another plane's
-// CRD defines). Upstream ends a watch and fails a list on one undecodable
-// object; in a storage shared by planes that would let one plane's CRD
-// break another plane's cache.
+// identity of what it cannot (an object its CRD cannot convert, such as
+// one stored in a version only another plane's CRD defines). Upstream ends
+// a watch and fails a list on one undecodable object; in a storage shared
+// by planes that would let one plane's CRD break another plane's cache.
 type tolerantCodec struct {
 	runtime.Codec
 	// version is the version the codec decodes into: the storage's served
