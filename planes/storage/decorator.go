@@ -76,6 +76,16 @@ func (r *Registry) resolveContent(plane string, resource schema.GroupResource) (
 	return (*f)(plane, resource)
 }
 
+// servesWith reports whether plane serves resource with the CRD content
+// (every plane serves a built-in resource, content "").
+func (r *Registry) servesWith(plane string, resource schema.GroupResource, content string) bool {
+	if content == "" {
+		return true
+	}
+	owner, ok := r.resolveContent(plane, resource)
+	return ok && owner == content
+}
+
 // OnNewStore calls f with every storage built so far and every storage
 // built from now on (custom resources appear while the server runs).
 func (r *Registry) OnNewStore(f func(*Store)) {
@@ -275,18 +285,16 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 			// converts, prunes and defaults the stored objects into its
 			// own version. The first of a content's versions is the one
 			// the rest of kplane follows; the others are its mirrors.
+			version := servedGroupVersion(newFunc)
 			family = key + "|" + content
-			shared, key = r.custom, family+"|"+servedGroupVersion(newFunc).Version
+			shared, key = r.custom, family+"|"+version.Version
 			// One prefix holds every plane's objects, whatever their CRD:
 			// this storage's cache sees objects of planes whose CRD differs
 			// (scope, versions). Their keys must not collide and an object
 			// it cannot decode must not end its watch; such objects are
 			// never served from it (Owns, StorageFor).
 			cacheKeyFunc = objectKeyFunc(resourcePrefix)
-			config = tolerantConfig(config, servedGroupVersion(newFunc), func(plane string) bool {
-				owner, ok := r.resolveContent(plane, resource)
-				return ok && owner == content
-			})
+			config = tolerantConfig(config, version, func(plane string) bool { return r.servesWith(plane, resource, content) })
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -48,11 +48,7 @@ func (s *Store) Resource() schema.GroupResource { return s.resource }
 // whose CRD has its content. Its cache also holds other planes' objects of
 // the same resource (one datastore prefix), which followers must skip.
 func (s *Store) Owns(plane string) bool {
-	if s.content == "" {
-		return true
-	}
-	content, ok := s.registry.resolveContent(plane, s.resource)
-	return ok && content == s.content
+	return s.registry.servesWith(plane, s.resource, s.content)
 }
 
 // ResourcePrefix is the storage prefix of the resource ("/pods").
