@@ -1,0 +1,87 @@
+package binarypages
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// PageOut asks the kernel to reclaim the resident pages of the running
+// binary's read-only mappings (its code and read-only data) and returns
+// the bytes of the ranges it advised. Pages another process maps too stay
+// where they are; a page needed again is read back in on its next use.
+// Kernels older than 5.4 (no MADV_PAGEOUT) answer an error and nothing
+// changes.
+func PageOut() (int64, error) {
+	ranges, err := readOnlyMappingsOfExecutable()
+	if err != nil {
+		return 0, err
+	}
+	var advised int64
+	for _, r := range ranges {
+		// A raw syscall: the ranges are not Go memory, so there is no
+		// slice to hand to unix.Madvise.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT); errno != 0 {
+			return advised, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x: %w", r.start, r.end, errno)
+		}
+		advised += int64(r.end - r.start)
+	}
+	return advised, nil
+}
+
+type addressRange struct{ start, end uintptr }
+
+// readOnlyMappingsOfExecutable lists the mappings of /proc/self/maps
+// backed by the running executable's file and not writable. The kernel
+// names the file the same way in both places, also when it sits on an
+// overlay filesystem or was replaced on disk after the process started
+// (" (deleted)").
+func readOnlyMappingsOfExecutable() ([]addressRange, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return nil, fmt.Errorf("finding the running executable: %w", err)
+	}
+	maps, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("reading the process's mappings: %w", err)
+	}
+	defer maps.Close()
+	var ranges []addressRange
+	lines := bufio.NewScanner(maps)
+	for lines.Scan() {
+		if r, ok := readOnlyMappingOf(lines.Text(), exe); ok {
+			ranges = append(ranges, r)
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return nil, fmt.Errorf("reading the process's mappings: %w", err)
+	}
+	return ranges, nil
+}
+
+// readOnlyMappingOf parses one line of /proc/self/maps
+// ("start-end perms offset dev inode path") and reports whether it maps
+// the file at path without write permission.
+func readOnlyMappingOf(line, path string) (addressRange, bool) {
+	fields := strings.SplitN(line, " ", 6)
+	if len(fields) < 6 || strings.Contains(fields[1], "w") {
+		return addressRange{}, false
+	}
+	if strings.TrimLeft(fields[5], " ") != path {
+		return addressRange{}, false
+	}
+	start, end, ok := strings.Cut(fields[0], "-")
+	if !ok {
+		return addressRange{}, false
+	}
+	s, err1 := strconv.ParseUint(start, 16, 64)
+	e, err2 := strconv.ParseUint(end, 16, 64)
+	if err1 != nil || err2 != nil || e <= s {
+		return addressRange{}, false
+	}
+	return addressRange{start: uintptr(s), end: uintptr(e)}, true
+}

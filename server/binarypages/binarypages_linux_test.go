@@ -1,0 +1,78 @@
+package binarypages
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReadOnlyMappingOf(t *testing.T) {
+	const exe = "/usr/local/bin/kplane server"
+	cases := []struct {
+		line  string
+		want  addressRange
+		match bool
+	}{
+		{"00400000-040a2000 r-xp 00000000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{0x400000, 0x40a2000}, true},
+		{"040a2000-085db000 r--p 03ca2000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{0x40a2000, 0x85db000}, true},
+		{"085db000-086ff000 rw-p 081db000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{}, false},
+		{"7f0000000000-7f0000001000 r--p 00000000 fd:01 99                         /usr/lib/libc.so.6", addressRange{}, false},
+		{"7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ", addressRange{}, false},
+		{"garbage", addressRange{}, false},
+	}
+	for _, c := range cases {
+		got, ok := readOnlyMappingOf(c.line, exe)
+		if ok != c.match || got != c.want {
+			t.Errorf("readOnlyMappingOf(%q) = %v, %v; want %v, %v", c.line, got, ok, c.want, c.match)
+		}
+	}
+}
+
+// The test binary's own read-only mappings are found, and paging them
+// out lowers its resident file pages while it goes on running.
+func TestPageOutReleasesTheBinarysPages(t *testing.T) {
+	ranges, err := readOnlyMappingsOfExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranges) == 0 {
+		t.Fatal("no read-only mapping of the running executable found in /proc/self/maps")
+	}
+	before := residentFileKiB(t)
+	advised, err := PageOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := residentFileKiB(t)
+	var total int64
+	for _, r := range ranges {
+		total += int64(r.end - r.start)
+	}
+	if advised != total {
+		t.Errorf("PageOut advised %d bytes, the executable's read-only mappings span %d", advised, total)
+	}
+	if after >= before {
+		t.Errorf("resident file pages went from %d KiB to %d KiB", before, after)
+	}
+	t.Logf("resident file pages: %d KiB before, %d KiB after", before, after)
+}
+
+func residentFileKiB(t *testing.T) int {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if value, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(value), " kB"))
+			if err != nil {
+				t.Fatalf("RssFile %q: %v", value, err)
+			}
+			return kib
+		}
+	}
+	t.Fatalf("no RssFile in /proc/self/status:\n%s", status)
+	return 0
+}
