@@ -58,6 +58,8 @@ type Registry struct {
 	createHooks atomic.Pointer[map[schema.GroupResource]CreateHook]
 	// written is where tracked planes have records of their own.
 	written writtenResources
+	// datastore connects the storages the registry builds.
+	datastore *datastoreClients
 }
 
 // ContentResolver returns the content key of plane's CRD for a custom
@@ -101,7 +103,8 @@ func (r *Registry) OnNewStore(f func(*Store)) {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	return &Registry{builtin: map[string]*sharedStorage{}, custom: map[string]*sharedStorage{},
-		transforms: map[schema.GroupResource]Transform{}, uncached: map[schema.GroupResource]bool{}}
+		transforms: map[schema.GroupResource]Transform{}, uncached: map[schema.GroupResource]bool{},
+		datastore: newDatastoreClients()}
 }
 
 // SetCacheTransform makes the watch cache of resource keep objects through
@@ -340,10 +343,10 @@ func (r *Registry) build(resource schema.GroupResource, inner generic.StorageDec
 	trigger := storage.IndexerFuncs{PlaneField: planes.OfObject}
 	transform, transformed := r.transforms[resource]
 	switch {
-	case r.uncached[resource]:
-		inner = generic.UndecoratedStorage
-	case transformed || (r.buildsCaches && !undecorated(inner)):
-		inner = cachedStorage(transform)
+	case r.uncached[resource] || (r.buildsCaches && undecorated(inner)):
+		inner = r.datastore.undecoratedStorage
+	case transformed || r.buildsCaches:
+		inner = cachedStorage(transform, r.datastore)
 	}
 	return inner(config, resourcePrefix, planeKeyFunc, newFunc, newListFunc, withPlaneField(getAttrsFunc), trigger, indexers)
 }

@@ -26,8 +26,9 @@ type Transform func(obj runtime.Object)
 // give their plane's seat up while they wait on the datastore (yielding);
 // without one, the storage is upstream's as is (ARCHITECTURE.md says why
 // not every write yields). Reads that bypass the cache use the datastore
-// as is.
-func cachedStorage(transform Transform) generic.StorageDecorator {
+// as is. The datastore storage comes from datastore (one client for every
+// resource).
+func cachedStorage(transform Transform, datastore *datastoreClients) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -38,7 +39,7 @@ func cachedStorage(transform Transform) generic.StorageDecorator {
 		triggerFuncs storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		raw, destroyRaw, err := datastore.rawStorage(config, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return nil, nil, err
 		}
