@@ -86,6 +86,7 @@ type benchFlags struct {
 	webhookPlanes   *int
 	serviceCreates  *int
 	profilesStored  *string
+	profilesIdle    *time.Duration
 	auditOps        *int
 	auditRounds     *int
 	noisyWriters    *int
@@ -138,6 +139,7 @@ func parseFlags() *benchFlags {
 	f.scaleoutOps = flag.Int("scaleout-ops", 2000, "requests of each verb per server count in the scaleout scenario")
 	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
+	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
@@ -162,6 +164,7 @@ func (f *benchFlags) quick() {
 	*f.webhookCreates, *f.webhookPlanes = min(*f.webhookCreates, 50), min(*f.webhookPlanes, 50)
 	*f.serviceCreates = min(*f.serviceCreates, 20)
 	*f.profilesStored = "20,50"
+	*f.profilesIdle = min(*f.profilesIdle, 10*time.Second)
 	*f.auditOps, *f.auditRounds = min(*f.auditOps, 100), min(*f.auditRounds, 1)
 	*f.noisyWriters, *f.noisyListers, *f.noisyOps = min(*f.noisyWriters, 8), min(*f.noisyListers, 8), min(*f.noisyOps, 30)
 }
@@ -211,7 +214,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 	case "profiles":
 		var stored []int
 		if stored, err = parseCounts(*f.profilesStored); err == nil {
-			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary})
+			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary, Idle: *f.profilesIdle})
 		}
 	case "audit":
 		res, err = auditScenario(bin, auditParams{Ops: *f.auditOps, Workers: *f.workers, Rounds: *f.auditRounds, FullPlanes: 5, BufferEvents: 1000})

@@ -22,6 +22,11 @@ type profilesParams struct {
 	// Old is an earlier binary whose empty server is measured beside
 	// (its default profile, full).
 	Old string
+	// Idle: how long after /readyz the empty server's memory is read a
+	// second time, having stayed idle (empty_idle_*): a server pages code
+	// back in as its periodic work reaches it, so the first reading alone
+	// flatters it.
+	Idle time.Duration
 }
 
 // profilesScenario measures the server of each profile side by side in
@@ -42,17 +47,18 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 		if t.profile != "" {
 			args = []string{"--profile", t.profile}
 		}
-		if err := measureProfile(t.binary, args, p.Stored, p.Workers, t.prefix, figures); err != nil {
+		if err := measureProfile(t.binary, args, p, t.prefix, figures); err != nil {
 			return Result{}, fmt.Errorf("%s%s: %w", t.prefix, t.profile, err)
 		}
 	}
 	return Result{
 		Scenario: "profiles",
-		Params:   map[string]any{"stored": p.Stored, "workers": p.Workers, "old_binary": p.Old != "", "datastore": "sqlite"},
-		Figures:  figures,
+		Params: map[string]any{"stored": p.Stored, "workers": p.Workers, "old_binary": p.Old != "", "datastore": "sqlite",
+			"idle_seconds": p.Idle.Seconds()},
+		Figures: figures,
 		Notes: []string{
 			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's server, default flags, measured the same way.",
-			"empty_*: a new data dir, read 5 s after /readyz answered ok and a forced GC. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
+			"empty_*: a new data dir, read 5 s after /readyz answered ok and a forced GC; empty_idle_*: the same server read again the same way once it had been idle for the idle param after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
 			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
 			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
 		},
@@ -60,7 +66,7 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 }
 
 // measureProfile runs one server through the empty and stored phases.
-func measureProfile(binary string, args []string, stored []int, workers int, prefix string, figures map[string]float64) error {
+func measureProfile(binary string, args []string, p profilesParams, prefix string, figures map[string]float64) error {
 	s, err := startServer(binary, args...)
 	if err != nil {
 		return err
@@ -80,6 +86,14 @@ func measureProfile(binary string, args []string, stored []int, workers int, pre
 		return err
 	}
 	empty.record(figures, prefix+"empty_")
+	time.Sleep(time.Until(s.started.Add(s.ready + p.Idle)))
+	idle, err := readMemory(s)
+	if err != nil {
+		return err
+	}
+	idle.record(figures, prefix+"empty_idle_")
+	fmt.Printf("   profiles %s: empty server idle %s after ready: rss %.1f MiB (anon %.1f, binary %.1f)\n",
+		prefix, p.Idle, idle.rss, idle.anon, idle.file)
 	if s, err = s.restart(); err != nil {
 		return err
 	}
@@ -91,8 +105,8 @@ func measureProfile(binary string, args []string, stored []int, workers int, pre
 	fmt.Printf("   profiles %s: empty rss %.1f MiB (anon %.1f, binary %.1f), live heap %.1f MiB, start -> ready %.2f s, restart -> ready %.2f s\n",
 		prefix, empty.rss, empty.anon, empty.file, empty.liveHeap, figures[prefix+"start_to_ready_s"], s.ready.Seconds())
 	made := 0
-	for _, n := range stored {
-		if err := createStoredPlanes(s, made, n, workers); err != nil {
+	for _, n := range p.Stored {
+		if err := createStoredPlanes(s, made, n, p.Workers); err != nil {
 			return err
 		}
 		made = n
