@@ -58,7 +58,7 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 		Figures: figures,
 		Notes: []string{
 			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's server, default flags, measured the same way.",
-			"empty_*: a new data dir, read 5 s after /readyz answered ok and a forced GC; empty_idle_*: the same server read again the same way once it had been idle for the idle param after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
+			"empty_*: a new data dir, read 5 s after /readyz answered ok, as it is (the server returns its start-up heap itself once ready); empty_idle_*: the same server, idle since, read when idle_seconds have passed since /readyz: the binary's pages as they are, then anon and heap 5 s after a forced GC (the heap-profile request forcing it pages code in, so the binary's pages are read before it). Readings after a restart are taken like the idle one, 5 s after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
 			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
 			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
 		},
@@ -81,13 +81,16 @@ func measureProfile(binary string, args []string, p profilesParams, prefix strin
 		os.RemoveAll(dir)
 	}()
 	figures[prefix+"start_to_ready_s"] = s.ready.Seconds()
-	empty, err := readMemory(s)
+	// The first reading forces no GC (the server returned its start-up
+	// heap itself when it became ready), so that the idle one, later,
+	// sees only the pages the server's own work brought back.
+	time.Sleep(time.Until(s.started.Add(s.ready + settleAfterGC)))
+	empty, err := peekMemory(s)
 	if err != nil {
 		return err
 	}
 	empty.record(figures, prefix+"empty_")
-	time.Sleep(time.Until(s.started.Add(s.ready + p.Idle)))
-	idle, err := readMemory(s)
+	idle, err := readMemory(s, p.Idle)
 	if err != nil {
 		return err
 	}
@@ -98,7 +101,7 @@ func measureProfile(binary string, args []string, p profilesParams, prefix strin
 		return err
 	}
 	figures[prefix+"restart_to_ready_s"] = s.ready.Seconds()
-	base, err := readMemory(s)
+	base, err := readMemory(s, settleAfterGC)
 	if err != nil {
 		return err
 	}
@@ -120,7 +123,7 @@ func measureProfile(binary string, args []string, p profilesParams, prefix strin
 			return err
 		}
 		figures[key+"restart_to_plane_s"] = time.Since(s.started).Seconds()
-		m, err := readMemory(s)
+		m, err := readMemory(s, settleAfterGC)
 		if err != nil {
 			return err
 		}
@@ -147,13 +150,33 @@ func (m processMemory) record(figures map[string]float64, prefix string) {
 	figures[prefix+"live_heap_mib"] = m.liveHeap
 }
 
-// readMemory forces a GC, lets the server settle, and reads its memory.
-func readMemory(s *server) (processMemory, error) {
-	var m processMemory
-	if err := s.collectGarbage(); err != nil {
-		return m, err
+// settleAfterGC is how long memory is read after a forced GC.
+const settleAfterGC = 5 * time.Second
+
+// readMemory reads the server's memory at after it became ready: the
+// binary's pages first, as they are, then its anonymous memory and heap
+// after a forced GC. The heap-profile request that forces the GC
+// symbolizes its samples, which pages part of the binary in: read after
+// it, the binary's pages would count the benchmark's own request.
+func readMemory(s *server, after time.Duration) (processMemory, error) {
+	time.Sleep(time.Until(s.started.Add(s.ready + after)))
+	asIs, err := peekMemory(s)
+	if err != nil {
+		return asIs, err
 	}
-	time.Sleep(5 * time.Second)
+	if err := s.collectGarbage(); err != nil {
+		return asIs, err
+	}
+	time.Sleep(settleAfterGC)
+	m, err := peekMemory(s)
+	m.file = asIs.file
+	m.rss = m.anon + m.file
+	return m, err
+}
+
+// peekMemory reads the server's memory as it is, without a GC.
+func peekMemory(s *server) (processMemory, error) {
+	var m processMemory
 	status, err := procStatus(s.cmd.Process.Pid)
 	if err != nil {
 		return m, err
