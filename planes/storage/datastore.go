@@ -75,11 +75,7 @@ func (d *datastoreClients) rawStorage(config *storagebackend.ConfigForResource, 
 		transformer = etcd3.WithCorruptObjErrorHandlingTransformer(transformer)
 		decoder = etcd3.WithCorruptObjErrorHandlingDecoder(decoder)
 	}
-	var compactor etcd3.Compactor
-	if shared.compactor != nil {
-		compactor = shared.compactor
-	}
-	store, err := etcd3.New(shared.client, compactor, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix,
+	store, err := etcd3.New(shared.client, shared.compactor, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix,
 		config.GroupResource, transformer, config.LeaseManagerConfig, decoder, versioner)
 	if err != nil {
 		release()
@@ -134,17 +130,14 @@ func (d *datastoreClients) acquire(tc storagebackend.TransportConfig, compaction
 
 func (d *datastoreClients) release(key string) {
 	d.mu.Lock()
-	c, ok := d.clients[key]
-	if ok {
-		c.refs--
-		if c.refs > 0 {
-			ok = false
-		} else {
-			delete(d.clients, key)
-		}
+	c := d.clients[key]
+	c.refs--
+	last := c.refs == 0
+	if last {
+		delete(d.clients, key)
 	}
 	d.mu.Unlock()
-	if !ok {
+	if !last {
 		return
 	}
 	if c.compactor != nil {
