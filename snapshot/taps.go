@@ -25,6 +25,9 @@ import (
 // across every plane (*planes/storage.Store).
 type source interface {
 	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
+	// WatchDatastore is Watch straight from the datastore, for a revision
+	// the cache cannot serve.
+	WatchDatastore(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
 	// LayerEvent tells an event of a plane's own records as the plane's
 	// clients see it (a plane made from a template stores only changes).
 	LayerEvent(ctx context.Context, plane string, ev watch.Event) (watch.Event, bool)
@@ -109,6 +112,13 @@ func (ts *taps) startCandidates(from uint64) []uint64 {
 		return []uint64{oldest, from}
 	}
 	return []uint64{from}
+}
+
+// handedOutRecently reports whether rv is no older than the revisions
+// recent snapshots handed out.
+func (ts *taps) handedOutRecently(rv uint64) bool {
+	oldest := ts.handedOut.oldest(time.Now())
+	return oldest > 0 && rv >= oldest
 }
 
 // running is the number of taps following a resource.
@@ -241,36 +251,68 @@ func (tp *tap) stopLocked(reason string) {
 }
 
 // start opens the cross-plane watch from the first candidate revision the
-// cache accepts.
+// cache accepts. When the cache accepts none and the oldest is a revision
+// a recent snapshot handed out, the watch replays from the datastore: the
+// cache started after that snapshot read the other caches (a server
+// start, a new custom resource's storage), so its history begins after a
+// revision the snapshot's streams resume from, while the datastore still
+// holds the changes since. Older revisions stay refused: a stream cannot
+// make the server replay more than the last snapshots' window.
 func (tp *tap) start(candidates []uint64) error {
 	var err error
 	for _, rv := range candidates {
-		var w watch.Interface
-		var first *watch.Event
-		ctx, cancel := context.WithCancel(planes.WithAllPlanes(context.Background()))
-		w, first, err = tp.watchFrom(ctx, rv)
-		if err != nil {
-			cancel()
-			continue
+		if err = tp.startFrom(rv, tp.src.Watch); err == nil {
+			return nil
 		}
-		tp.started, tp.cancel = true, cancel
-		tp.ring.since = rv
-		tp.at.Store(rv)
-		go tp.run(ctx, w, first)
-		return nil
+	}
+	var old *tooOldError
+	if errors.As(err, &old) && tp.owner.handedOutRecently(candidates[0]) {
+		if replayErr := tp.startFrom(candidates[0], tp.replay); replayErr == nil {
+			return nil
+		}
 	}
 	return err
 }
 
-// watchFrom opens the watch. A watch the cache refuses at once (its
-// history does not reach back to rv) is an error; first is an event
-// already taken from the watch while looking for that refusal.
+// startFrom starts the tap on the watch open makes from rv.
+func (tp *tap) startFrom(rv uint64, open watchFunc) error {
+	ctx, cancel := context.WithCancel(planes.WithAllPlanes(context.Background()))
+	w, first, err := tp.openFrom(ctx, rv, open)
+	if err != nil {
+		cancel()
+		return err
+	}
+	tp.started, tp.cancel = true, cancel
+	tp.ring.since = rv
+	tp.at.Store(rv)
+	go tp.run(ctx, w, first)
+	return nil
+}
+
+// replay watches the datastore, with its progress notifications as
+// bookmarks (the cache makes its own).
+func (tp *tap) replay(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	opts.ProgressNotify = true
+	return tp.src.WatchDatastore(ctx, key, opts)
+}
+
+// watchFunc opens a watch of a source.
+type watchFunc func(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
+
+// watchFrom opens the cache's watch from rv.
 func (tp *tap) watchFrom(ctx context.Context, rv uint64) (watch.Interface, *watch.Event, error) {
+	return tp.openFrom(ctx, rv, tp.src.Watch)
+}
+
+// openFrom opens the watch. A watch refused at once (its history does not
+// reach back to rv) is an error; first is an event already taken from the
+// watch while looking for that refusal.
+func (tp *tap) openFrom(ctx context.Context, rv uint64, open watchFunc) (watch.Interface, *watch.Event, error) {
 	// Bookmarks move a quiet resource's position on, and with it the
 	// BOOKMARKs of its streams.
 	everything := storage.Everything
 	everything.AllowWatchBookmarks = true
-	w, err := tp.src.Watch(ctx, tp.src.ResourcePrefix(), storage.ListOptions{
+	w, err := open(ctx, tp.src.ResourcePrefix(), storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: everything,
 	})
 	if err != nil {

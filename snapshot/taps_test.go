@@ -27,12 +27,26 @@ type feed struct {
 	oldest  uint64
 	watches []*watch.FakeWatcher
 	from    []uint64
-	gone    chan struct{}
+	// replayed are the revisions datastore watches started from.
+	replayed []uint64
+	gone     chan struct{}
 }
 
 func newFeed(oldest uint64) *feed { return &feed{oldest: oldest, gone: make(chan struct{})} }
 
 func (f *feed) Watch(_ context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
+	return f.open(opts, false)
+}
+
+// WatchDatastore: the datastore holds every revision.
+func (f *feed) WatchDatastore(_ context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
+	if !opts.ProgressNotify {
+		return nil, errors.New("a datastore watch without progress notifications has no bookmarks")
+	}
+	return f.open(opts, true)
+}
+
+func (f *feed) open(opts storage.ListOptions, datastore bool) (watch.Interface, error) {
 	rv, err := strconv.ParseUint(opts.ResourceVersion, 10, 64)
 	if err != nil {
 		return nil, err
@@ -40,9 +54,12 @@ func (f *feed) Watch(_ context.Context, _ string, opts storage.ListOptions) (wat
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := watch.NewFakeWithChanSize(64, false)
-	if rv < f.oldest {
+	if rv < f.oldest && !datastore {
 		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old"})
 		return w, nil
+	}
+	if datastore {
+		f.replayed = append(f.replayed, rv)
 	}
 	f.watches = append(f.watches, w)
 	f.from = append(f.from, rv)
@@ -193,6 +210,31 @@ func TestTapStartsFromHandedOutVersion(t *testing.T) {
 	}
 	if got, _ := receive(t, late, 1); !equal(names(got), []string{"x@25"}) {
 		t.Fatalf("stream from the snapshot got %v", names(got))
+	}
+}
+
+// A new tap whose cache started after the revision a recent snapshot
+// handed out replays from the datastore, and its streams miss nothing; a
+// revision no recent snapshot handed out stays refused.
+func TestTapReplaysAHandedOutRevisionFromTheDatastore(t *testing.T) {
+	ts, src := testTaps(), newFeed(100)
+	ts.handedOut.record(50, time.Now())
+	sub := newSubscriber("a", "", 10)
+	if err := ts.subscribe(src, &subscription{sub: sub, from: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if len(src.replayed) != 1 || src.replayed[0] != 50 {
+		t.Fatalf("datastore watches from %v, want one from 50", src.replayed)
+	}
+	src.send(watch.Added, "a", "ns", "x", 60)
+	if got, _ := receive(t, sub, 1); !equal(names(got), []string{"x@60"}) {
+		t.Fatalf("stream from the snapshot got %v", names(got))
+	}
+	other := newFeed(100)
+	err := ts.subscribe(other, &subscription{sub: newSubscriber("a", "", 10), from: 40})
+	var old *tooOldError
+	if !errors.As(err, &old) || len(other.replayed) != 0 {
+		t.Fatalf("a revision older than the snapshots handed out: %v, datastore watches from %v", err, other.replayed)
 	}
 }
 

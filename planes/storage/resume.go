@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -38,6 +39,26 @@ func (s *Store) resumeFromDatastore(ctx context.Context, key string, opts storag
 	}
 	w, err = cached.datastore.Watch(ctx, key, opts)
 	return w, true, err
+}
+
+// WatchDatastore watches every plane's objects of the resource straight
+// from the datastore, from opts' resourceVersion: for a follower of all
+// planes whose revision the watch cache cannot serve because the cache
+// started after it (a new custom resource's storage, a server start). The
+// objects are those the cache would hold; a storage without a cache
+// watches as Watch does.
+func (s *Store) WatchDatastore(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	plane, scoped, err := s.scope(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if plane != "" {
+		return nil, fmt.Errorf("%s: a datastore watch follows every plane, not plane %q", s.resource, plane)
+	}
+	if cached, ok := s.Interface.(*cachedStore); ok {
+		return cached.datastore.Watch(ctx, scoped, opts)
+	}
+	return s.Interface.Watch(ctx, scoped, opts)
 }
 
 // watchShared opens a watch of the storage shared by every plane for one

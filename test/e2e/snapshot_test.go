@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -771,13 +772,56 @@ func TestSnapshotDeltaStream(t *testing.T) {
 	wantStatus(t, code, body, http.StatusGone, "too old", "take a new snapshot")
 }
 
-// openStream opens GET /snapshot?watch=true from rv. On 200 it returns the
-// stream's events; otherwise the code and body.
+// TestSnapshotDeltaStreamAsACacheStarts: a snapshot taken as a custom
+// resource's watch cache has just started resumes from the oldest of its
+// caches' revisions, older than what the new cache holds. Its delta stream
+// opens at once (the new resource's changes since are replayed from the
+// datastore) and carries the resource's later changes.
+func TestSnapshotDeltaStreamAsACacheStarts(t *testing.T) {
+	t.Parallel()
+	plane := uniquePlane(t, "snap-cache-start")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dyn := shared.Dynamic(t, plane)
+	for i := range 3 {
+		// A group of this plane and round alone: a CRD content no other
+		// plane serves gets a storage, and a watch cache, of its own.
+		group := fmt.Sprintf("r%d.%s.example.org", i, plane)
+		createEstablished(ctx, t, shared, plane, crdInGroup(group, "sprockets", "Sprocket", apiextensionsv1.NamespaceScoped, nil, "v1"))
+		gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "sprockets"}
+		sprocket := func(name string) {
+			t.Helper()
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Sprocket",
+				"metadata": map[string]any{"name": name}}}
+			if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("creating sprocket %s of %s: %v", name, group, err)
+			}
+		}
+		sprocket("first")
+		snap := mustSnapshot(t, plane, "")
+		events, errs, code, body := openStream(t, ctx, plane, snap.ResourceVersion)
+		if code != http.StatusOK {
+			t.Fatalf("round %d: delta stream from the snapshot's revision %s: %d %s", i, snap.ResourceVersion, code, body)
+		}
+		sprocket("second")
+		deadline := time.After(framework.DefaultTimeout)
+		for found := false; !found; {
+			select {
+			case ev := <-events:
+				found = ev.Type == "ADDED" && ev.Group == group && objectName(ev.Object) == "default/second"
+			case err := <-errs:
+				t.Fatalf("round %d: stream ended: %v", i, err)
+			case <-deadline:
+				t.Fatalf("round %d: no ADDED of default/second of %s on the stream", i, group)
+			}
+		}
+	}
+}
+
 // streamFromFreshSnapshot takes a snapshot of plane and opens its delta
-// stream from it. A stream starts from a snapshot every cache can resume
-// from; a cache built moments ago (a server just started, a custom
-// resource's storage just made) can take a moment to be one, and the
-// stream is then 410 until a later snapshot.
+// stream from it, with a new snapshot after a 410. A stream from a recent
+// snapshot opens at once, also when one of its caches started after the
+// snapshot's revision (TestSnapshotDeltaStreamAsACacheStarts).
 func streamFromFreshSnapshot(t *testing.T, ctx context.Context, plane string) (*snapshotResponse, <-chan streamEvent, <-chan error) {
 	t.Helper()
 	var snap *snapshotResponse
@@ -801,6 +845,8 @@ func streamFromFreshSnapshot(t *testing.T, ctx context.Context, plane string) (*
 	return snap, events, errs
 }
 
+// openStream opens GET /snapshot?watch=true from rv. On 200 it returns the
+// stream's events; otherwise the code and body.
 func openStream(t *testing.T, ctx context.Context, plane, rv string) (<-chan streamEvent, <-chan error, int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
