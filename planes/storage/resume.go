@@ -33,12 +33,21 @@ type cachedStore struct {
 // resourceVersion the datastore compacted still ends in 410, from the
 // datastore.
 func (s *Store) resumeFromDatastore(ctx context.Context, key string, opts storage.ListOptions, first watch.Event) (w watch.Interface, ok bool, err error) {
-	cached, isCached := s.Interface.(*cachedStore)
+	datastore, isCached := s.datastore()
 	if !isCached || !beyondCacheHistory(first) {
 		return nil, false, nil
 	}
-	w, err = cached.datastore.Watch(ctx, key, opts)
+	w, err = datastore.Watch(ctx, key, opts)
 	return w, true, err
+}
+
+// datastore is the storage behind the watch cache, and whether there is
+// a cache; a storage without one is its own datastore.
+func (s *Store) datastore() (storage.Interface, bool) {
+	if cached, ok := s.Interface.(*cachedStore); ok {
+		return cached.datastore, true
+	}
+	return s.Interface, false
 }
 
 // WatchDatastore watches every plane's objects of the resource straight
@@ -55,10 +64,8 @@ func (s *Store) WatchDatastore(ctx context.Context, key string, opts storage.Lis
 	if plane != "" {
 		return nil, fmt.Errorf("%s: a datastore watch follows every plane, not plane %q", s.resource, plane)
 	}
-	if cached, ok := s.Interface.(*cachedStore); ok {
-		return cached.datastore.Watch(ctx, scoped, opts)
-	}
-	return s.Interface.Watch(ctx, scoped, opts)
+	datastore, _ := s.datastore()
+	return datastore.Watch(ctx, scoped, opts)
 }
 
 // watchShared opens a watch of the storage shared by every plane for one

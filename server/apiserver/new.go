@@ -18,7 +18,7 @@ import (
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -434,12 +434,12 @@ func releaseStartupMemory(ctx context.Context, loopback *rest.Config) {
 // waitUntilReady polls the server's /readyz through the loopback client
 // until it answers ok or ctx is done.
 func waitUntilReady(ctx context.Context, loopback *rest.Config) error {
-	client, err := kubernetes.NewForConfig(loopback)
+	client, err := discovery.NewDiscoveryClientForConfig(loopback)
 	if err != nil {
 		return fmt.Errorf("loopback client: %w", err)
 	}
 	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		return client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil, nil
+		return client.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil, nil
 	})
 }
 
