@@ -158,6 +158,8 @@ type Manager struct {
 	config   Config
 	planes   dynamic.NamespaceableResourceInterface
 	informer cache.SharedIndexInformer
+	// observed is done once the informer's handler saw every listed Plane.
+	observed cache.DoneChecker
 	// queue is the reconcile queue of the running term (RunControllers),
 	// nil while this server does not run the lifecycle: Planes are then
 	// only observed (phases, templates, limits) to serve requests.
@@ -204,7 +206,7 @@ func New(config Config) (*Manager, error) {
 	planesList := &planestorage.PlaneListWatch{Store: m.planesStore, Plane: planes.Root, Trim: withoutManagedFields}
 	m.informer = cache.NewSharedIndexInformer(planesList.ListerWatcher(), &unstructured.Unstructured{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if _, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	observed, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.observe(obj) },
 		UpdateFunc: func(_, obj any) { m.observe(obj) },
 		DeleteFunc: func(obj any) {
@@ -216,9 +218,11 @@ func New(config Config) (*Manager, error) {
 				m.enqueue(u.GetName())
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	m.observed = observed.HasSyncedChecker()
 	return m, nil
 }
 
@@ -486,8 +490,20 @@ func (m *Manager) Phases() map[Phase]int {
 	return out
 }
 
-// HasSynced reports whether every stored Plane is known.
-func (m *Manager) HasSynced() bool { return m.informer.HasSynced() }
+// HasSynced reports whether every stored Plane is known: listed by the
+// informer and observed (the planes' state is what requests are routed
+// by; the informer's own store is filled before its handler ran).
+func (m *Manager) HasSynced() bool {
+	select {
+	case <-m.observed.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// Synced is closed once HasSynced reports true.
+func (m *Manager) Synced() <-chan struct{} { return m.observed.Done() }
 
 // Informer is the manager's informer of Plane objects, for other
 // controllers to share; Run runs it. Its Planes are those of the Planes'
@@ -503,7 +519,7 @@ func (m *Manager) Run(ctx context.Context) {
 		go m.runPresence(ctx)
 	}
 	go m.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+	if !cache.WaitFor(ctx, "", m.observed) {
 		return
 	}
 	if err := m.ensureRoot(ctx); err != nil {
@@ -518,7 +534,7 @@ func (m *Manager) Run(ctx context.Context) {
 // it at a time. It can run again after it returned: every Plane is looked
 // at anew, so work a former holder left half done is finished.
 func (m *Manager) RunControllers(ctx context.Context) {
-	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+	if !cache.WaitFor(ctx, "", m.observed) {
 		return
 	}
 	q := &planeQueue{workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),

@@ -67,7 +67,7 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 	}
 	if !c.config.DisableControllers {
 		err := add(leader.ControllersLease, func(ctx context.Context) {
-			if waitFor(ctx, s.planes.HasSynced) == nil {
+			if waitForPlanes(ctx, s.planes) == nil {
 				s.controllers.Run(ctx, s.planes)
 			}
 		})
@@ -77,7 +77,7 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 	}
 	if s.simulation != nil {
 		err := add(leader.SimulationLease, func(ctx context.Context) {
-			if waitFor(ctx, s.planes.HasSynced) != nil {
+			if waitForPlanes(ctx, s.planes) != nil {
 				return
 			}
 			if err := s.simulation.Run(ctx); err != nil {
@@ -109,7 +109,7 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 	run(func() { s.customResources.RunConditions(ctx) })
 	if s.serviceRepair != nil {
 		run(func() {
-			if waitFor(ctx, s.planes.HasSynced) == nil {
+			if waitForPlanes(ctx, s.planes) == nil {
 				s.serviceRepair.Run(ctx)
 			}
 		})
@@ -127,7 +127,7 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 			// Manifests may create planes: the plane manager must know
 			// every plane first.
 			run(func() {
-				if waitFor(ctx, s.planes.HasSynced) == nil {
+				if waitForPlanes(ctx, s.planes) == nil {
 					a.Run(ctx, pass)
 				}
 			})
@@ -159,7 +159,7 @@ func (e *electors) waitForManifests(ctx context.Context) error {
 	if e.firstPass == nil {
 		return nil
 	}
-	_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+	_ = wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		select {
 		case <-e.firstPass:
 			return true, nil

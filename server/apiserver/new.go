@@ -358,7 +358,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			waitForWatchCaches(ctx, c.storage.Caches())
 			// Runs past the hook: started on the hook's context.
 			work.Go(hook, s.planes.Run)
-			return waitFor(ctx, s.planes.HasSynced)
+			return waitForPlanes(ctx, s.planes)
 		})
 	})
 	server.AddPostStartHookOrDie("kplane-controllers", func(hook genericapiserver.PostStartHookContext) error {
@@ -393,7 +393,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			// The logs of planes deleted while the server was down go once
 			// every plane is known.
 			work.Go(hook, func(ctx context.Context) {
-				if waitFor(ctx, s.planes.HasSynced) == nil {
+				if waitForPlanes(ctx, s.planes) == nil {
 					c.audit.trails.Sweep()
 				}
 			})
@@ -466,11 +466,24 @@ func waitForWatchCaches(ctx context.Context, stores []*planestorage.Store) {
 	}
 }
 
-// waitFor polls synced until it reports true or ctx is done.
+// waitFor polls synced until it reports true or ctx is done. The waits of
+// the post-start hooks are what /readyz waits for: a check costs
+// microseconds, a coarser poll would add its interval to every start.
 func waitFor(ctx context.Context, synced func() bool) error {
-	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
 		return synced(), nil
 	})
+}
+
+// waitForPlanes returns once every stored Plane is known, or with ctx's
+// error.
+func waitForPlanes(ctx context.Context, planes *lifecycle.Manager) error {
+	select {
+	case <-planes.Synced():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // bootstrapGroups are the groups of the non-core resources bootstrap writes.

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,6 +36,11 @@ func installRootCRDs(ctx context.Context, loopback *restclient.Config) error {
 			switch {
 			case apierrors.IsNotFound(err):
 				_, err = client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})
+			case err == nil && unchanged(existing, crd):
+				// A restart's common case: the update would be a no-op
+				// write, its validation and a round trip on the way to
+				// /readyz.
+				return true, nil
 			case err == nil:
 				updated := existing.DeepCopy()
 				updated.Spec = crd.Spec
@@ -47,6 +54,14 @@ func installRootCRDs(ctx context.Context, loopback *restclient.Config) error {
 		}
 	}
 	return nil
+}
+
+// unchanged reports whether the stored CRD's spec is the manifest's, once
+// the API's defaults are applied to the manifest.
+func unchanged(stored, manifest *apiextensionsv1.CustomResourceDefinition) bool {
+	want := manifest.DeepCopy()
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(want)
+	return equality.Semantic.DeepEqual(stored.Spec, want.Spec)
 }
 
 // waitForRootCRDs returns once this server serves every kplane CRD in the
