@@ -231,17 +231,37 @@ func (x *Index) Upsert(obj runtime.Object) {
 	if !ok || plane == "" {
 		return
 	}
-	e, err := x.newEntry(plane, internal)
+	hash := internalHash(internal)
+	if internalConversionByService(internal) {
+		// The Service is the plane's: its handler, with a resolver bound
+		// to the plane, is shared with no other plane.
+		hash += "@" + plane
+	}
+	x.mu.Lock()
+	spec, known := x.specs[hash]
+	x.mu.Unlock()
+	if !known {
+		// First plane with this content: convert the spec once; every
+		// other plane with it shares the result.
+		full, err := toV1(internal)
+		if err != nil {
+			utilruntime.HandleError(err)
+			return
+		}
+		spec = &full.Spec
+	}
+	crd, err := toV1Meta(internal)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
+	crd.Spec = *spec
+	e := &entry{plane: plane, crd: crd, hash: hash}
 	x.mu.Lock()
-	if existing, ok := x.specs[e.hash]; ok {
+	if existing, ok := x.specs[hash]; ok {
 		e.crd.Spec = *existing
 	} else {
-		spec := e.crd.Spec
-		x.specs[e.hash] = &spec
+		x.specs[hash] = spec
 	}
 	p := x.byPlane[plane]
 	if p == nil {
@@ -254,63 +274,15 @@ func (x *Index) Upsert(obj runtime.Object) {
 	// every watch of its custom resources.
 	x.users[e.hash]++
 	var unused string
-	if old := p.byName[e.crd.Name]; old != nil && !old.hidden {
+	if old := p.byName[crd.Name]; old != nil && !old.hidden {
 		unused = x.releaseLocked(old.hash)
 		x.dropSpecLocked(old.hash)
 	}
-	p.byName[e.crd.Name] = e
+	p.byName[crd.Name] = e
 	x.version++
 	p.version = x.version
 	x.mu.Unlock()
-	x.notify(plane, e.crd.Name, unused)
-}
-
-// newEntry is plane's entry of a stored CRD, its spec shared with the
-// entries of the same content already known.
-func (x *Index) newEntry(plane string, internal *apiextensionsinternal.CustomResourceDefinition) (*entry, error) {
-	hash := internalHash(internal)
-	if internalConversionByService(internal) {
-		// The Service is the plane's: its handler, with a resolver bound
-		// to the plane, is shared with no other plane.
-		hash += "@" + plane
-	}
-	x.mu.RLock()
-	spec, known := x.specs[hash]
-	x.mu.RUnlock()
-	if !known {
-		// First plane with this content: convert the spec once; every
-		// other plane with it shares the result.
-		full, err := toV1(internal)
-		if err != nil {
-			return nil, err
-		}
-		spec = &full.Spec
-	}
-	crd, err := toV1Meta(internal)
-	if err != nil {
-		return nil, err
-	}
-	crd.Spec = *spec
-	return &entry{plane: plane, crd: crd, hash: hash}, nil
-}
-
-// hold counts a user of a content hash that is not a plane's CRD (a
-// storage built ahead, see Server.Prewarm); release ends it, and tears
-// the handler down if no CRD took the content meanwhile.
-func (x *Index) hold(hash string) {
-	x.mu.Lock()
-	x.users[hash]++
-	x.mu.Unlock()
-}
-
-func (x *Index) release(hash string) {
-	x.mu.Lock()
-	unused := x.releaseLocked(hash)
-	x.dropSpecLocked(hash)
-	x.mu.Unlock()
-	if unused != "" && x.onUnused != nil {
-		x.onUnused(unused)
-	}
+	x.notify(plane, crd.Name, unused)
 }
 
 // Delete implements storage.Handler.

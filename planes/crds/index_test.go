@@ -52,37 +52,3 @@ func TestIndexReleasesOnlyUnusedContent(t *testing.T) {
 		t.Fatalf("deleting the last CRD released %v", released)
 	}
 }
-
-// A content held ahead of the index (Server.Prewarm) is kept while a CRD
-// of that content uses it and released with the last of the two; a held
-// content no CRD took is released when the hold ends.
-func TestIndexHeldContent(t *testing.T) {
-	x := NewIndex()
-	var released []string
-	x.onUnused = func(hash string) { released = append(released, hash) }
-
-	stored := inPlane(t, "root")
-	held, err := x.newEntry("root", stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x.hold(held.hash)
-	x.Upsert(stored)
-	if got, _ := x.Get("root", stored.Name); got == nil || got.hash != held.hash {
-		t.Fatalf("the stored CRD's content is %v, the held one %s", got, held.hash)
-	}
-	x.release(held.hash)
-	if len(released) != 0 {
-		t.Fatalf("ending the hold released %v while the stored CRD has the content", released)
-	}
-	x.Delete(stored)
-	if len(released) != 1 || released[0] != held.hash {
-		t.Fatalf("deleting the CRD released %v, want [%s]", released, held.hash)
-	}
-
-	x.hold(held.hash)
-	x.release(held.hash)
-	if len(released) != 2 || released[1] != held.hash {
-		t.Fatalf("a hold no CRD took released %v at its end, want the held content", released)
-	}
-}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
-	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"kplane.dev/kplane/planes"
@@ -56,9 +54,6 @@ type Server struct {
 	discovery  *discoveryCache
 	openapi    *openapiCache
 	controller *Controller
-	// prewarmed are the content hashes Prewarm holds until the index has
-	// synced.
-	prewarmed []string
 }
 
 // New returns the CRD server; Filter installs it in the handler chain and
@@ -88,60 +83,7 @@ func New(config Config, notFound http.Handler) *Server {
 // Run follows the CRDs of every plane (the index every server serves
 // from) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
-	go s.releasePrewarmed(ctx)
 	planestorage.Follow(ctx, s.config.CRDStorage, s.index)
-}
-
-// Prewarm builds, ahead of the index, the storages of the CRDs called
-// names that plane has stored, read from the datastore: their watch caches
-// list while the rest of the server is built, instead of once the index
-// has followed every CRD. kplane's own CRDs in the root plane are such:
-// with 10,000 Planes stored, their cache was the last thing a restart
-// waited for. Each storage is held until the index has synced (Run); by
-// then the plane's CRD of the same content holds it, or it is torn down
-// (the CRD changed meanwhile). A CRD not stored (a new data dir) is
-// skipped. Call it before Run.
-func (s *Server) Prewarm(ctx context.Context, plane string, names ...string) error {
-	store := s.config.CRDStorage
-	for _, name := range names {
-		obj := store.New()
-		err := store.Get(planes.WithPlane(ctx, plane), store.ResourcePrefix()+"/"+name, storage.GetOptions{}, obj)
-		if storage.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading CRD %s of plane %s: %w", name, plane, err)
-		}
-		internal, ok := obj.(*apiextensionsinternal.CustomResourceDefinition)
-		if !ok {
-			return fmt.Errorf("CRD %s of plane %s: read a %T", name, plane, obj)
-		}
-		e, err := s.index.newEntry(plane, internal)
-		if err != nil {
-			return fmt.Errorf("CRD %s of plane %s: %w", name, plane, err)
-		}
-		if s.config.BuiltinGroups.Has(e.crd.Spec.Group) {
-			continue
-		}
-		s.index.hold(e.hash)
-		s.prewarmed = append(s.prewarmed, e.hash)
-		if _, err := s.handlers.storage(e); err != nil {
-			return fmt.Errorf("building the storage of CRD %s of plane %s: %w", name, plane, err)
-		}
-	}
-	return nil
-}
-
-// releasePrewarmed ends Prewarm's holds once the index knows every CRD.
-func (s *Server) releasePrewarmed(ctx context.Context) {
-	select {
-	case <-s.index.HasSynced():
-	case <-ctx.Done():
-		return
-	}
-	for _, hash := range s.prewarmed {
-		s.index.release(hash)
-	}
 }
 
 // RunConditions keeps every plane's CRD conditions and finalizers (upstream's

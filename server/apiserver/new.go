@@ -25,7 +25,6 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
 	"kplane.dev/kplane/fleet"
-	"kplane.dev/kplane/manifests"
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/bootstrap"
@@ -62,7 +61,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	prewarmRootCRDs(customResources)
 	// Every API group is installed: the OpenAPI documents can describe
 	// them (planes' CRDs are merged in per plane on request).
 	gc := c.controlPlane.Generic.Config
@@ -307,32 +305,6 @@ func (c CompletedConfig) installServerEndpoints(server *genericapiserver.Generic
 		return nil
 	})
 	return nil
-}
-
-// prewarmTimeout bounds the read of kplane's stored CRDs while the server
-// is built; past it their storages are built once the CRD index synced,
-// as any plane's.
-const prewarmTimeout = 5 * time.Second
-
-// prewarmRootCRDs starts the watch caches of kplane's own CRDs in the root
-// plane (Planes, Fleets) now rather than once the server serves and its
-// CRD index has synced: with many planes stored, filling the Planes' cache
-// is what a restart waits for longest.
-func prewarmRootCRDs(customResources *crds.Server) {
-	crdManifests, err := manifests.CRDs()
-	if err != nil {
-		logrus.WithError(err).Warn("kplane's CRDs: their storages are built once the CRD index synced")
-		return
-	}
-	names := make([]string, 0, len(crdManifests))
-	for _, crd := range crdManifests {
-		names = append(names, crd.Name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), prewarmTimeout)
-	defer cancel()
-	if err := customResources.Prewarm(ctx, planes.Root, names...); err != nil {
-		logrus.WithError(err).Warn("kplane's CRDs: their storages are built once the CRD index synced")
-	}
 }
 
 // components are what the post-start hooks run.
