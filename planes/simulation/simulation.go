@@ -79,6 +79,8 @@ const PlaneAnnotation = "kplane.dev/simulation"
 type Simulation struct {
 	config Config
 	client kubernetes.Interface
+	// events writes the Events client creates, every plane in turn.
+	events *planeclient.Events
 	// routed addresses the plane in each call's context (nodes).
 	routed    kubernetes.Interface
 	provision *nodes.Provisioner
@@ -98,7 +100,8 @@ func New(config Config) (*Simulation, error) {
 	// The endpoints controller writes v1 Endpoints on purpose, as
 	// kube-controller-manager does: their deprecation warning is for users.
 	routedConfig.WarningHandlerWithContext = rest.NoWarnings{}
-	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig))
+	events := planeclient.NewEvents()
+	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig, events))
 	if err != nil {
 		return nil, fmt.Errorf("simulation client: %w", err)
 	}
@@ -110,7 +113,7 @@ func New(config Config) (*Simulation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Simulation{config: config, client: client, routed: routed, provision: provision}, nil
+	return &Simulation{config: config, client: client, events: events, routed: routed, provision: provision}, nil
 }
 
 // SetOff sets Config.Off; call it before Run.
@@ -154,6 +157,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 		return err
 	}
 	s.informers.Store(inf)
+	go s.events.Run(ctx, eventWriters)
 	sched, err := scheduler.New(s.client, inf, s.provision)
 	if err != nil {
 		return err
@@ -191,6 +195,10 @@ func (s *Simulation) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return nil
 }
+
+// eventWriters write the controllers' Events: they trail the work that
+// made them, and a few are enough to keep up once a burst has passed.
+const eventWriters = 2
 
 // upstream builds the upstream workload controllers over the shared
 // informers and returns their Run functions.

@@ -106,6 +106,7 @@ func workloadsScenario(binary string, p workloadsParams) (Result, error) {
 		fmt.Sprintf("idle plane: %+.1f KiB of heap with the simulation on against off; goroutines with %d idle planes: %.0f on, %.0f off",
 			figures["idle_heap_rise_kib_per_plane"], p.Planes, figures["on_goroutines_idle_planes"], figures["off_goroutines_idle_planes"]),
 		"running_heap_kib_per_pod is everything the running Deployments add (Deployment, ReplicaSet, Pods, nodes, events, in the watch caches and the controllers' informers) over 3 Pods per plane",
+		"events_per_plane: the Events the API created from the first create on, read once no new one came for 5 s, per plane; a plane's rollout makes 7 (ScalingReplicaSet, 3 SuccessfulCreate, 3 Scheduled)",
 	)
 	return Result{
 		Scenario: "workloads",
@@ -130,7 +131,8 @@ func oldRollout(p workloadsParams, figures map[string]float64) error {
 	if err := deployEverywhere(s, p, old); err != nil {
 		return err
 	}
-	for _, name := range []string{"all_available_seconds", "rollout_server_cpu_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms"} {
+	for _, name := range []string{"all_available_seconds", "rollout_server_cpu_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms",
+		"events_per_plane"} {
 		figures["old_"+name] = old[name]
 	}
 	return nil
@@ -165,6 +167,9 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 	if err != nil {
 		return err
 	}
+	// No Event was created yet in a new server: the metric appears with
+	// the first.
+	eventsBefore, _ := s.metric(eventsCreated)
 	for _, plane := range names {
 		wg.Add(1)
 		go func() {
@@ -203,7 +208,32 @@ func deployEverywhere(s *server, p workloadsParams, figures map[string]float64) 
 	figures["pod_created_to_running_p99_ms"] = ms(percentile(podLatencies, 0.99))
 	figures["pods"] = float64(len(podLatencies))
 	queueFigures(s, figures)
+	figures["events_per_plane"] = eventsSettled(s, eventsBefore) / float64(p.Planes)
 	return nil
+}
+
+// eventsCreated is the metric counting the Events the API created.
+const eventsCreated = `apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"}`
+
+// eventsSettled returns the Events created since before (the metric's
+// value then), once no new one came for eventsQuiet or after
+// eventsSettleTimeout: the controllers' Events trail the work that made
+// them.
+func eventsSettled(s *server, before float64) float64 {
+	const eventsQuiet, eventsSettleTimeout = 5 * time.Second, 2 * time.Minute
+	last, since := -1.0, time.Now()
+	for deadline := time.Now().Add(eventsSettleTimeout); time.Now().Before(deadline); time.Sleep(time.Second) {
+		n, err := s.metric(eventsCreated)
+		if err != nil {
+			continue
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= eventsQuiet {
+			break
+		}
+	}
+	return last - before
 }
 
 // queueFigures records the mean time an item waited in each simulation

@@ -12,8 +12,9 @@
 // without one gets a BadRequest Status instead, which the controllers'
 // event recorders do not retry. A write refused because its plane is being
 // deleted, or is gone, answers as a write to a terminating namespace (the
-// plane is part of the namespace the controllers see). JSON only: bodies are rewritten
-// as JSON.
+// plane is part of the namespace the controllers see). An Event's create is
+// answered at once and written in the background, every plane in turn
+// (Events). JSON only: bodies are rewritten as JSON.
 package planeclient
 
 import (
@@ -35,16 +36,20 @@ import (
 )
 
 // Config returns a copy of routed (a loopback.Controller config) whose
-// requests may name their plane in a folded namespace or node name.
-func Config(routed *restclient.Config) *restclient.Config {
+// requests may name their plane in a folded namespace or node name. Its
+// Event creates go through events while it runs (nil: sent at once).
+func Config(routed *restclient.Config, events *Events) *restclient.Config {
 	c := restclient.CopyConfig(routed)
 	c.ContentType = runtime.ContentTypeJSON
 	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &unfold{next: rt} })
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &unfold{next: rt, events: events} })
 	return c
 }
 
-type unfold struct{ next http.RoundTripper }
+type unfold struct {
+	next   http.RoundTripper
+	events *Events
+}
 
 func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	plane, path := splitPath(req.URL.Path)
@@ -58,12 +63,18 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.URL.Path, out.URL.RawPath = path, ""
 	var body []byte
 	if req.Body != nil && req.Body != http.NoBody && isJSON(req.Header.Get("Content-Type")) {
-		var err error
-		body, err = rewrite(req.Body, func(s string) string { return planens.Strip(s) })
+		original, err := io.ReadAll(req.Body)
+		req.Body.Close()
 		if err != nil {
-			return nil, fmt.Errorf("unfolding the body of %s %s: %w", req.Method, req.URL.Path, err)
+			return nil, fmt.Errorf("reading the body of %s %s: %w", req.Method, req.URL.Path, err)
 		}
+		body = rewriteBytes(original, func(s string) string { return planens.Strip(s) })
 		setBody(out, body)
+		if u.events != nil && isEventCreate(out) {
+			if resp, taken := u.events.take(plane, out, body, original, u.next); taken {
+				return resp, nil
+			}
+		}
 	}
 	resp, err := u.next.RoundTrip(out)
 	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {

@@ -58,7 +58,7 @@ func TestStatusConflictReapplied(t *testing.T) {
 	var seen atomic.Value
 	srv := fakePlaneServer(t, &puts, &seen)
 	defer srv.Close()
-	cfg := Config(loopback.Routed(&rest.Config{Host: srv.URL}))
+	cfg := Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestPlanelessEventRefused(t *testing.T) {
 	seen.Store("")
 	srv := fakePlaneServer(t, &puts, &seen)
 	defer srv.Close()
-	client, err := kubernetes.NewForConfig(Config(loopback.Routed(&rest.Config{Host: srv.URL})))
+	client, err := kubernetes.NewForConfig(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestPlaneBeingDeletedIsATerminatingNamespace(t *testing.T) {
 		terminating bool
 	}{{deleted, true}, {gone, true}, {exists, false}, {noNamespace, false}} {
 		srv := refusingServer(t, tc.answer)
-		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL})))
+		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
 		_, err := client.CoreV1().Pods("p1|default").Create(context.Background(),
 			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "p1|default"}}, metav1.CreateOptions{})
 		srv.Close()

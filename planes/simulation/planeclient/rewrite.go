@@ -23,17 +23,26 @@ import (
 func rewrite(r io.ReadCloser, f func(string) string) ([]byte, error) {
 	defer r.Close()
 	raw, err := io.ReadAll(r)
-	if err != nil || len(bytes.TrimSpace(raw)) == 0 {
+	if err != nil {
 		return raw, err
+	}
+	return rewriteBytes(raw, f), nil
+}
+
+// rewriteBytes is rewrite of a body already read; raw itself when nothing
+// changes.
+func rewriteBytes(raw []byte, f func(string) string) []byte {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return raw
 	}
 	s := &scanner{in: raw, f: f}
 	if err := s.document(); err != nil {
-		return raw, nil
+		return raw
 	}
 	if s.out == nil {
-		return raw, nil
+		return raw
 	}
-	return append(s.out, raw[s.last:]...), nil
+	return append(s.out, raw[s.last:]...)
 }
 
 // opaque maps hold user keys, never object references.

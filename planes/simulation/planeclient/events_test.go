@@ -1,0 +1,137 @@
+package planeclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"kplane.dev/kplane/planes/loopback"
+)
+
+// eventServer records the Events it is sent, by plane, in order, and
+// answers none until release is closed.
+type eventServer struct {
+	release chan struct{}
+	mu      sync.Mutex
+	written []string // "<plane>/<event name>"
+}
+
+func (s *eventServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	<-s.release
+	var ev corev1.Event
+	data, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(data, &ev)
+	plane := strings.Split(strings.TrimPrefix(r.URL.Path, "/clusters/"), "/")[0]
+	s.mu.Lock()
+	s.written = append(s.written, plane+"/"+ev.Name)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(data)
+}
+
+func (s *eventServer) writes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.written...)
+}
+
+// A plane that floods Events while the API is slow loses only its own
+// newest ones; another plane's Events are written, soon after, and each
+// plane's in the order they were made. Every create answers at once.
+func TestEventsOfAQuietPlaneOutliveAFlood(t *testing.T) {
+	api := &eventServer{release: make(chan struct{})}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	var once sync.Once
+	release := func() { once.Do(func() { close(api.release) }) }
+	// Before Close, which waits for the requests the server holds.
+	defer release()
+	events := NewEvents()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go events.Run(ctx, 1)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return events.running.Load(), nil
+	}); err != nil {
+		t.Fatal("the writer never ran")
+	}
+	// No client-side rate limit: the creates come as fast as they can.
+	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL, QPS: -1}), events))
+	create := func(plane string, i int) {
+		t.Helper()
+		ns := plane + "|default"
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("e%03d", i), Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web"}, Reason: "Scheduled"}
+		got, err := client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+		if err != nil || got.Name != ev.Name || got.Namespace != ns {
+			t.Fatalf("creating event %s of %s: %v, answered %+v", ev.Name, plane, err, got)
+		}
+	}
+	const flood = maxPendingPerPlane + 44
+	for i := range flood {
+		create("noisy", i)
+	}
+	for i := range 3 {
+		create("quiet", i)
+	}
+	if d := events.Dropped(); d < flood-maxPendingPerPlane-eventsPerTurn || d > flood-maxPendingPerPlane {
+		t.Fatalf("%d of the noisy plane's events dropped, want those past its %d waiting", d, maxPendingPerPlane)
+	}
+	release()
+	written := func() []string { return api.writes() }
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(written()) == flood-int(events.Dropped())+3, nil
+	}); err != nil {
+		t.Fatalf("%d events written, want %d", len(written()), flood-int(events.Dropped())+3)
+	}
+	var quietAt []int
+	last := -1
+	for i, w := range written() {
+		plane, name, _ := strings.Cut(w, "/")
+		if plane == "quiet" {
+			quietAt = append(quietAt, i)
+			continue
+		}
+		var n int
+		_, _ = fmt.Sscanf(name, "e%d", &n)
+		if n <= last {
+			t.Fatalf("the noisy plane's events were written out of order: %s after e%03d", name, last)
+		}
+		last = n
+	}
+	if len(quietAt) != 3 || quietAt[2] > 2*eventsPerTurn+3 {
+		t.Fatalf("the quiet plane's events were written at %v of %d, want all three among the first turns", quietAt, len(written()))
+	}
+}
+
+func TestEventCreates(t *testing.T) {
+	for req, want := range map[string]bool{
+		"POST /api/v1/namespaces/default/events":                      true,
+		"POST /apis/events.k8s.io/v1/namespaces/default/events":       true,
+		"PATCH /api/v1/namespaces/default/events/web.1":               false,
+		"POST /api/v1/namespaces/events/pods":                         false,
+		"POST /apis/example.com/v1/namespaces/default/events":         false,
+		"POST /api/v1/namespaces":                                     false,
+		"POST /apis/events.k8s.io/v1/namespaces/default/events/extra": false,
+	} {
+		method, path, _ := strings.Cut(req, " ")
+		r, _ := http.NewRequest(method, "https://x"+path, nil)
+		if got := isEventCreate(r); got != want {
+			t.Errorf("isEventCreate(%s) = %v, want %v", req, got, want)
+		}
+	}
+}
