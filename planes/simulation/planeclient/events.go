@@ -1,11 +1,9 @@
 package planeclient
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +36,7 @@ type Events struct {
 	mu      sync.Mutex
 	pending map[string][]deferredEvent
 	total   int
-	dropped int64
+	dropped atomic.Int64
 }
 
 // deferredEvent is one Event create, unfolded, waiting to be sent.
@@ -92,7 +90,7 @@ func (e *Events) Run(ctx context.Context, workers int) {
 
 // Dropped is the number of Events dropped because their plane, or all
 // planes together, had too many waiting.
-func (e *Events) Dropped() int64 { return atomic.LoadInt64(&e.dropped) }
+func (e *Events) Dropped() int64 { return e.dropped.Load() }
 
 // take answers req, an Event create for plane (body: its unfolded JSON,
 // original: the body as the controller sent it), and queues it; false if
@@ -104,7 +102,7 @@ func (e *Events) take(plane string, req *http.Request, body, original []byte, ne
 	e.mu.Lock()
 	if len(e.pending[plane]) >= maxPendingPerPlane || e.total >= maxPending {
 		e.mu.Unlock()
-		if n := atomic.AddInt64(&e.dropped, 1); n == 1 || n%1000 == 0 {
+		if n := e.dropped.Add(1); n == 1 || n%1000 == 0 {
 			logrus.Debugf("simulation: %d Events dropped (plane %s has %d waiting)", n, plane, maxPendingPerPlane)
 		}
 	} else {
@@ -113,7 +111,7 @@ func (e *Events) take(plane string, req *http.Request, body, original []byte, ne
 		e.mu.Unlock()
 		e.planes.Add(plane)
 	}
-	return created(req, original), true
+	return jsonResponse(req, http.StatusCreated, original), true
 }
 
 // writeTurn writes up to eventsPerTurn Events of the next plane in line;
@@ -180,19 +178,4 @@ func isEventCreate(req *http.Request) bool {
 		return false
 	}
 	return segments[2] == "namespaces" && segments[4] == "events"
-}
-
-// created is the API's answer to an Event create, body being the Event.
-func created(req *http.Request, body []byte) *http.Response {
-	return &http.Response{
-		StatusCode:    http.StatusCreated,
-		Status:        "201 Created",
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        http.Header{"Content-Type": []string{"application/json"}, "Content-Length": []string{strconv.Itoa(len(body))}},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       req,
-	}
 }

@@ -126,13 +126,18 @@ func planelessEvent(req *http.Request) *http.Response {
 	status := apierrors.NewBadRequest("the event names no plane (its object has no namespace); dropped").Status()
 	status.APIVersion, status.Kind = "v1", "Status"
 	body, _ := json.Marshal(status)
+	return jsonResponse(req, http.StatusBadRequest, body)
+}
+
+// jsonResponse is an answer to req made here, not by the API.
+func jsonResponse(req *http.Request, code int, body []byte) *http.Response {
 	return &http.Response{
-		StatusCode:    http.StatusBadRequest,
-		Status:        fmt.Sprintf("%d %s", http.StatusBadRequest, http.StatusText(http.StatusBadRequest)),
+		StatusCode:    code,
+		Status:        fmt.Sprintf("%d %s", code, http.StatusText(code)),
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
-		Header:        http.Header{"Content-Type": []string{runtime.ContentTypeJSON}},
+		Header:        http.Header{"Content-Type": []string{runtime.ContentTypeJSON}, "Content-Length": []string{strconv.Itoa(len(body))}},
 		Body:          io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       req,
