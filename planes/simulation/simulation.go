@@ -3,6 +3,7 @@ package simulation
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -157,7 +158,6 @@ func (s *Simulation) Run(ctx context.Context) error {
 		return err
 	}
 	s.informers.Store(inf)
-	go s.events.Run(ctx, eventWriters)
 	sched, err := scheduler.New(s.client, inf, s.provision)
 	if err != nil {
 		return err
@@ -180,16 +180,22 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Run returns once everything it started has stopped: the server's
+	// stop waits for it before it stops serving.
 	inf.Start(ctx)
+	defer inf.Wait()
 	if !inf.WaitForSync(ctx) {
 		return ctx.Err()
 	}
-	go daemonSets.Run(ctx)
-	go sched.Run(ctx)
-	go kube.Run(ctx)
-	go binder.Run(ctx)
+	var running sync.WaitGroup
+	defer running.Wait()
+	running.Go(func() { s.events.Run(ctx, eventWriters) })
+	running.Go(func() { daemonSets.Run(ctx) })
+	running.Go(func() { sched.Run(ctx) })
+	running.Go(func() { kube.Run(ctx) })
+	running.Go(func() { binder.Run(ctx) })
 	for _, run := range runs {
-		go run(ctx, s.config.Workers)
+		running.Go(func() { run(ctx, s.config.Workers) })
 	}
 	logrus.Info("workload simulation running for every plane")
 	<-ctx.Done()

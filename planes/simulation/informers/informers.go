@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -51,6 +52,8 @@ type Informers struct {
 	// inheriting queues the planes whose inherited objects changed.
 	inheriting workqueue.TypedInterface[string]
 	templates  Templates
+	// running counts what Start started.
+	running sync.WaitGroup
 }
 
 // informerSource is an informer and the source that feeds it.
@@ -120,14 +123,18 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 // Start runs every informer until ctx is done.
 func (i *Informers) Start(ctx context.Context) {
 	for _, inf := range i.all {
-		go inf.RunWithContext(ctx)
+		i.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	go func() {
 		<-ctx.Done()
 		i.inheriting.ShutDown()
 	}()
-	go i.runInheritance(ctx)
+	i.running.Go(func() { i.runInheritance(ctx) })
 }
+
+// Wait returns once everything Start started has stopped (its context
+// done): a stop that goes on before would see informers still running.
+func (i *Informers) Wait() { i.running.Wait() }
 
 // newInformer builds an informer of resource gr fed by the source made
 // over its storage.
