@@ -248,6 +248,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		Etcd: apiserver.EtcdConfig{
 			Endpoints: store.Endpoints, CAFile: store.CAFile, CertFile: store.CertFile, KeyFile: store.KeyFile,
 			CompactionInterval: c.Options.CompactionInterval,
+			InProcess:          inProcessClients(store),
 		},
 		ServiceClusterIPRange:       c.ServiceCIDR,
 		NodePortRange:               c.NodePortRange,
@@ -324,6 +325,14 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	return &Server{config: c, datastore: store, api: api, membersClient: membersClient, deleter: deleter}, nil
+}
+
+// inProcessClients makes clients of store when it runs in the process.
+func inProcessClients(store *datastore.Datastore) func() *clientv3.Client {
+	if store.InProcess == nil {
+		return nil
+	}
+	return store.InProcess.NewClient
 }
 
 // deleteRecords is lifecycle's Config.DeleteRecords over deleter.

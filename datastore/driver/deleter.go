@@ -26,6 +26,9 @@ func (d *Datastore) NewDeleter() (*Deleter, error) {
 	if !d.BatchDeletes {
 		return nil, nil
 	}
+	if d.InProcess != nil {
+		return &Deleter{client: d.InProcess.NewClient()}, nil
+	}
 	client, err := d.Client()
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Driver runs the datastores of some endpoint forms.
@@ -88,9 +89,20 @@ type Datastore struct {
 	// transaction too, but puts every deletion at one revision, which a
 	// watch resumed from that revision would see only part of.
 	BatchDeletes bool
+	// InProcess, when set, serves the etcd API in this process: its
+	// clients call the datastore directly instead of over Endpoints.
+	InProcess InProcess
 
 	stop func()
 	done <-chan struct{}
+}
+
+// InProcess makes clients of a datastore that runs in this process.
+type InProcess interface {
+	// NewClient returns a client whose calls are function calls: no
+	// connection, no gRPC framing, no encoding of requests and answers.
+	// The caller closes it.
+	NewClient() *clientv3.Client
 }
 
 // Embedded is d run in the process: Close calls stop and then waits for

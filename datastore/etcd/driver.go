@@ -83,6 +83,7 @@ func startEmbedded(ctx context.Context, cfg driver.Config) (*driver.Datastore, e
 	return driver.Embedded(driver.Datastore{
 		Kind: Embedded, Description: description,
 		Endpoints: e.Endpoints(), CAFile: cfg.EmbeddedTLS.CAFile, CertFile: cfg.EmbeddedTLS.ClientCertFile, KeyFile: cfg.EmbeddedTLS.ClientKeyFile,
+		InProcess: e,
 	}, cancel, done), nil
 }
 

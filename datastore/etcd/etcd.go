@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 
 	"kplane.dev/kplane/datastore/driver"
 )
@@ -40,6 +42,11 @@ type Etcd struct {
 
 // Endpoints is the client URL of the member.
 func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
+
+// NewClient implements driver.InProcess: etcd's own in-process client,
+// whose calls reach the member as function calls (no TLS, no gRPC, no
+// encoding), as kine's in-process client does.
+func (e *Etcd) NewClient() *clientv3.Client { return v3client.New(e.server.Server) }
 
 // Close stops the member and closes its database. etcd logs each of its
 // listeners closing as an error: those lines are dropped.

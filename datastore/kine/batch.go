@@ -14,25 +14,32 @@ import (
 	kplanesqlite "kplane.dev/kplane/datastore/sqlite"
 )
 
-// register serves bridge's etcd API on grpcServer, as bridge.Register
-// does, with one transaction more where the backend can commit it: the
-// deletion of many keys, each if it is still at its revision (batchKV).
-func register(grpcServer *grpc.Server, bridge *server.KVServerBridge, backend server.Backend) (batchDeletes bool) {
-	etcdserverpb.RegisterLeaseServer(grpcServer, bridge)
-	etcdserverpb.RegisterWatchServer(grpcServer, bridge)
-	etcdserverpb.RegisterClusterServer(grpcServer, bridge)
-	etcdserverpb.RegisterMaintenanceServer(grpcServer, bridge)
-	deleter, batchDeletes := backend.(kplanesqlite.BatchDeleter)
-	if batchDeletes {
-		etcdserverpb.RegisterKVServer(grpcServer, batchKV{KVServer: bridge, deleter: deleter})
-	} else {
-		etcdserverpb.RegisterKVServer(grpcServer, bridge)
+// etcdAPI is the etcd API kine serves over a backend: bridge's, with one
+// transaction more where the backend can commit it (batchKV).
+type etcdAPI struct {
+	bridge       *server.KVServerBridge
+	kv           etcdserverpb.KVServer
+	batchDeletes bool
+}
+
+func newEtcdAPI(bridge *server.KVServerBridge, backend server.Backend) etcdAPI {
+	if deleter, ok := backend.(kplanesqlite.BatchDeleter); ok {
+		return etcdAPI{bridge: bridge, kv: batchKV{KVServer: bridge, deleter: deleter}, batchDeletes: true}
 	}
+	return etcdAPI{bridge: bridge, kv: bridge}
+}
+
+// register serves api on grpcServer, as bridge.Register does.
+func register(grpcServer *grpc.Server, api etcdAPI) {
+	etcdserverpb.RegisterLeaseServer(grpcServer, api.bridge)
+	etcdserverpb.RegisterWatchServer(grpcServer, api.bridge)
+	etcdserverpb.RegisterClusterServer(grpcServer, api.bridge)
+	etcdserverpb.RegisterMaintenanceServer(grpcServer, api.bridge)
+	etcdserverpb.RegisterKVServer(grpcServer, api.kv)
 	healthServer := health.NewServer()
 	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)
-	return batchDeletes
 }
 
 // batchKV is kine's KV API plus the transaction batchDeletions describes,

@@ -96,7 +96,8 @@ func start(ctx context.Context, cfg driver.Config, kind driver.Kind, endpoint, d
 		k.StopServing()
 		cancel()
 	}
-	return driver.Embedded(driver.Datastore{Kind: kind, Description: description, Endpoints: k.Endpoints, BatchDeletes: k.BatchDeletes}, stop, done), nil
+	return driver.Embedded(driver.Datastore{Kind: kind, Description: description, Endpoints: k.Endpoints, BatchDeletes: k.BatchDeletes,
+		InProcess: k.InProcess}, stop, done), nil
 }
 
 // preflightTCP fails fast when a SQL server cannot be reached at all; kine

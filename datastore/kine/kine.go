@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"kplane.dev/kplane/datastore/driver"
 	kplanesqlite "kplane.dev/kplane/datastore/sqlite"
 )
 
@@ -48,8 +49,11 @@ type Kine struct {
 	// each conditional on its key's revision, and commits it as one
 	// write that gives every key a revision of its own (SQLite).
 	BatchDeletes bool
-	wg           *sync.WaitGroup
-	grpc         *grpc.Server
+	// InProcess makes clients that call the etcd API of Endpoints
+	// directly.
+	InProcess driver.InProcess
+	wg        *sync.WaitGroup
+	grpc      *grpc.Server
 }
 
 // StopServing closes every connection to kine at once, without kine's
@@ -150,7 +154,7 @@ func listen(ctx context.Context, cfg Config, server *grpc.Server) (*Kine, error)
 		if r.err != nil {
 			return nil, r.err
 		}
-		return &Kine{Endpoints: []string{r.endpoint}, BatchDeletes: r.batchDeletes, wg: wg, grpc: server}, nil
+		return &Kine{Endpoints: []string{r.endpoint}, BatchDeletes: r.api.batchDeletes, InProcess: r.api, wg: wg, grpc: server}, nil
 	case <-time.After(timeout):
 		return nil, fmt.Errorf("not ready after %s", timeout)
 	case <-ctx.Done():

@@ -43,10 +43,10 @@ type serveConfig struct {
 }
 
 // served is what serve started: the endpoint etcd clients connect to, and
-// whether it takes batches of deletions (batchKV).
+// the API served there, for clients in the process.
 type served struct {
-	endpoint     string
-	batchDeletes bool
+	endpoint string
+	api      etcdAPI
 }
 
 // serve starts the SQL backend that cfg names and serves the etcd API over
@@ -77,7 +77,8 @@ func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (_ ser
 	if scheme != "unix" {
 		scheme = "http"
 	}
-	batchDeletes := register(grpcServer, server.New(backend, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion), backend)
+	api := newEtcdAPI(server.New(backend, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion), backend)
+	register(grpcServer, api)
 	listener, err := openListener(bctx, cfg.Listener)
 	if err != nil {
 		return served{}, err
@@ -95,13 +96,13 @@ func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (_ ser
 		}
 	})
 	if scheme == "unix" {
-		return served{endpoint: "unix://" + address, batchDeletes: batchDeletes}, nil
+		return served{endpoint: "unix://" + address, api: api}, nil
 	}
 	_, port, err := net.SplitHostPort(listener.Addr().String())
 	if err != nil {
 		return served{}, fmt.Errorf("kine's listener address %s: %w", listener.Addr(), err)
 	}
-	return served{endpoint: "http://127.0.0.1:" + port, batchDeletes: batchDeletes}, nil
+	return served{endpoint: "http://127.0.0.1:" + port, api: api}, nil
 }
 
 // openListener opens kine's listener: a unix socket only its owner may use

@@ -38,17 +38,36 @@ func endWatchesFirst(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	if info.FullMethod != watchMethod {
 		return handler(srv, ss)
 	}
-	ctx, cancel := context.WithCancel(ss.Context())
-	defer cancel()
-	return handler(srv, &watchStream{ServerStream: ss, ctx: ctx, cancel: cancel,
-		open: map[int64]struct{}{}, ended: make(chan struct{}, 1)})
+	watches := newStreamWatches(ss.Context())
+	defer watches.cancel()
+	return handler(srv, &watchStream{ServerStream: ss, watches: watches})
 }
 
-// watchStream is a watch stream that knows which of its watches are open:
-// kine answers each watch's creation with Created and its end with
-// Canceled.
+// watchStream is a gRPC watch stream whose watches end first.
 type watchStream struct {
 	grpc.ServerStream
+	watches *streamWatches
+}
+
+// Context is the context kine derives every watch of the stream from.
+func (s *watchStream) Context() context.Context { return s.watches.ctx }
+
+func (s *watchStream) SendMsg(m any) error {
+	if resp, ok := m.(*etcdserverpb.WatchResponse); ok {
+		s.watches.sent(resp)
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *watchStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	s.watches.received(err)
+	return err
+}
+
+// streamWatches knows which watches of a stream are open: kine answers
+// each watch's creation with Created and its end with Canceled.
+type streamWatches struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -57,26 +76,21 @@ type watchStream struct {
 	ended chan struct{}
 }
 
-// Context is the context kine derives every watch of the stream from.
-func (s *watchStream) Context() context.Context { return s.ctx }
-
-func (s *watchStream) SendMsg(m any) error {
-	if resp, ok := m.(*etcdserverpb.WatchResponse); ok {
-		s.track(resp)
-	}
-	return s.ServerStream.SendMsg(m)
+func newStreamWatches(parent context.Context) *streamWatches {
+	ctx, cancel := context.WithCancel(parent)
+	return &streamWatches{ctx: ctx, cancel: cancel, open: map[int64]struct{}{}, ended: make(chan struct{}, 1)}
 }
 
-func (s *watchStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
+// received ends the stream's watches, and waits for them, once the stream
+// has nothing more to receive.
+func (s *streamWatches) received(err error) {
 	if err != nil {
 		s.cancel()
 		s.waitWatchesEnded()
 	}
-	return err
 }
 
-func (s *watchStream) track(resp *etcdserverpb.WatchResponse) {
+func (s *streamWatches) sent(resp *etcdserverpb.WatchResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -91,7 +105,7 @@ func (s *watchStream) track(resp *etcdserverpb.WatchResponse) {
 	}
 }
 
-func (s *watchStream) openWatches() int {
+func (s *streamWatches) openWatches() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.open)
@@ -99,7 +113,7 @@ func (s *watchStream) openWatches() int {
 
 // waitWatchesEnded waits until every watch of the stream has sent its
 // cancel response, or watchEndTimeout.
-func (s *watchStream) waitWatchesEnded() {
+func (s *streamWatches) waitWatchesEnded() {
 	timeout := time.NewTimer(watchEndTimeout)
 	defer timeout.Stop()
 	for s.openWatches() > 0 {

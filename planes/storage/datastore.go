@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,10 @@ const (
 type datastoreClients struct {
 	mu      sync.Mutex
 	clients map[string]*datastoreClient
+	// local makes clients of the datastore at localEndpoints, which runs
+	// in this process; nil when none does.
+	local          func() *clientv3.Client
+	localEndpoints []string
 }
 
 type datastoreClient struct {
@@ -113,7 +118,7 @@ func (d *datastoreClients) acquire(tc storagebackend.TransportConfig, compaction
 	defer d.mu.Unlock()
 	c, ok := d.clients[key]
 	if !ok {
-		client, err := newDatastoreClient(tc)
+		client, err := d.newClient(tc)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -144,6 +149,25 @@ func (d *datastoreClients) release(key string) {
 		c.compactor.Stop()
 	}
 	_ = c.client.Close()
+}
+
+// useLocal makes the storages of the datastore at endpoints use clients
+// from local: the datastore runs in this process and they call it
+// directly.
+func (d *datastoreClients) useLocal(endpoints []string, local func() *clientv3.Client) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.local, d.localEndpoints = local, slices.Clone(endpoints)
+}
+
+func (d *datastoreClients) newClient(tc storagebackend.TransportConfig) (*etcdkubernetes.Client, error) {
+	if d.local == nil || !slices.Equal(tc.ServerList, d.localEndpoints) {
+		return newDatastoreClient(tc)
+	}
+	client := &etcdkubernetes.Client{Client: d.local()}
+	client.Kubernetes = client
+	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
+	return client, nil
 }
 
 // newDatastoreClient connects to the datastore as upstream's storage

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -105,6 +106,13 @@ func NewRegistry() *Registry {
 	return &Registry{builtin: map[string]*sharedStorage{}, custom: map[string]*sharedStorage{},
 		transforms: map[schema.GroupResource]Transform{}, uncached: map[schema.GroupResource]bool{},
 		datastore: newDatastoreClients()}
+}
+
+// UseInProcessDatastore makes the storages of the datastore at endpoints
+// use clients from newClient, which reach it in this process without a
+// connection. Call it before the registry builds storages.
+func (r *Registry) UseInProcessDatastore(endpoints []string, newClient func() *clientv3.Client) {
+	r.datastore.useLocal(endpoints, newClient)
 }
 
 // SetCacheTransform makes the watch cache of resource keep objects through

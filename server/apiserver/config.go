@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	k8sadmission "k8s.io/apiserver/pkg/admission"
@@ -159,6 +160,9 @@ type EtcdConfig struct {
 	// CompactionInterval: how often the apiserver compacts the datastore
 	// up to the revision it saw one interval before (0: never).
 	CompactionInterval time.Duration
+	// InProcess, when set, makes clients of a datastore that runs in the
+	// process: the storages call it directly rather than over Endpoints.
+	InProcess func() *clientv3.Client
 }
 
 // CompletedConfig is a Config with the upstream apiserver configuration
@@ -197,6 +201,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	stores := newPlaneStorage()
+	if c.Etcd.InProcess != nil {
+		stores.UseInProcessDatastore(c.Etcd.Endpoints, c.Etcd.InProcess)
+	}
 	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
 	policyPlugins := policies.NewPlugins(stores)
 	opts := c.upstreamOptions()
