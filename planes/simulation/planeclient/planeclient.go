@@ -42,13 +42,16 @@ func Config(routed *restclient.Config, events *Events) *restclient.Config {
 	c := restclient.CopyConfig(routed)
 	c.ContentType = runtime.ContentTypeJSON
 	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &unfold{next: rt, events: events} })
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &unfold{next: rt, events: events, statusWrites: newStatusWrites()}
+	})
 	return c
 }
 
 type unfold struct {
-	next   http.RoundTripper
-	events *Events
+	next         http.RoundTripper
+	events       *Events
+	statusWrites *statusWrites
 }
 
 func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -69,6 +72,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("reading the body of %s %s: %w", req.Method, req.URL.Path, err)
 		}
 		body = rewriteBytes(original, func(s string) string { return planens.Strip(s) })
+		if derivedStatus(out) {
+			body = u.statusWrites.catchUp(plane, out.URL.Path, body)
+		}
 		setBody(out, body)
 		if u.events != nil && isEventCreate(out) {
 			if resp, taken := u.events.take(plane, out, body, original, u.next); taken {
@@ -77,8 +83,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := u.next.RoundTrip(out)
+	sent := body
 	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {
-		resp, err = u.reapplyStatus(out, body, resp)
+		resp, sent, err = u.reapplyStatus(out, body, resp)
 	}
 	if err == nil && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusNotFound) {
 		resp, err = planeDeleted(resp)
@@ -94,6 +101,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("folding the answer to %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	if resp.StatusCode == http.StatusOK && derivedStatus(out) {
+		u.statusWrites.record(plane, out.URL.Path, sent, folded)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(folded))
 	resp.ContentLength = int64(len(folded))

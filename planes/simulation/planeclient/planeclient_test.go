@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -198,5 +200,89 @@ func TestPlaneBeingDeletedIsATerminatingNamespace(t *testing.T) {
 		if got := apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause); got != tc.terminating {
 			t.Errorf("answer %v: NamespaceTerminating cause %v, want %v (error %#v)", tc.answer, got, tc.terminating, err)
 		}
+	}
+}
+
+// versionedDeployment answers like the API for one Deployment whose
+// resourceVersion moves with every write: a status PUT conflicts unless it
+// carries the current resourceVersion.
+type versionedDeployment struct {
+	t                     *testing.T
+	rv, generation        atomic.Int32
+	puts, conflicts, gets atomic.Int32
+}
+
+func (d *versionedDeployment) object() string {
+	return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default","generation":%d,"resourceVersion":"%d"}}`,
+		d.generation.Load(), d.rv.Load())
+}
+
+func (d *versionedDeployment) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.Method {
+	case http.MethodGet:
+		d.gets.Add(1)
+		_, _ = io.WriteString(w, d.object())
+	case http.MethodPut:
+		d.puts.Add(1)
+		var obj struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		data, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(data, &obj); err != nil {
+			d.t.Errorf("body: %v", err)
+		}
+		if obj.Metadata.ResourceVersion != strconv.Itoa(int(d.rv.Load())) {
+			d.conflicts.Add(1)
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`)
+			return
+		}
+		d.rv.Add(1)
+		_, _ = io.WriteString(w, d.object())
+	}
+}
+
+// A controller whose informer has not yet seen its own status write sends
+// the next one with the resourceVersion the first was sent with: it goes
+// out with the one the first produced, and no conflict, read or second
+// write reaches the API. A change by anyone else still conflicts.
+func TestStatusWriteCatchesUpWithItsOwnLastWrite(t *testing.T) {
+	d := &versionedDeployment{t: t}
+	d.rv.Store(1)
+	d.generation.Store(1)
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	client, err := rest.HTTPClientFor(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(rv, generation int) int {
+		body := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"p1|default","generation":%d,"resourceVersion":"%d"},"status":{"replicas":3}}`, generation, rv)
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/apis/apps/v1/namespaces/p1%7Cdefault/deployments/web/status", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(resp)
+		return resp.StatusCode
+	}
+	if code := put(1, 1); code != http.StatusOK {
+		t.Fatalf("first status write: %d", code)
+	}
+	// The informer still holds resourceVersion 1.
+	if code := put(1, 1); code != http.StatusOK {
+		t.Fatalf("second status write from the same copy: %d", code)
+	}
+	if d.conflicts.Load() != 0 || d.gets.Load() != 0 || d.puts.Load() != 2 {
+		t.Fatalf("the API saw %d PUTs, %d conflicts, %d GETs; want 2, 0, 0", d.puts.Load(), d.conflicts.Load(), d.gets.Load())
+	}
+	// Someone changes the spec: a status computed from the controller's
+	// copy must not land.
+	d.rv.Add(1)
+	d.generation.Add(1)
+	if code := put(2, 1); code != http.StatusConflict {
+		t.Fatalf("status write after another writer's change: %d, want 409", code)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+
+	"k8s.io/utils/lru"
 )
 
 // derivedStatusPath matches the status of the resources whose status is
@@ -15,6 +17,75 @@ var derivedStatusPath = regexp.MustCompile(`^(/clusters/[^/]+/control-plane)?(/a
 
 func derivedStatus(req *http.Request) bool {
 	return req.Method == http.MethodPut && derivedStatusPath.MatchString(req.URL.Path)
+}
+
+// statusWrites remembers, per object, the last derived status this client
+// wrote: the resourceVersion the write was sent with and the one it
+// produced. The controller's next status write of the object is often
+// computed from its informer's copy before that copy has seen the write
+// (one controller instance serves every plane, and its informers lag its
+// own writes): a write sent with the older resourceVersion is sent with
+// the newer one instead (catchUp). Nothing but this write happened
+// between the two versions, and it changed the status only, so the
+// controller's copy differs from the current object by nothing the new
+// status was computed from; any other change since still conflicts. Each
+// such write used to cost a conflict, a read and a second write
+// (reapplyStatus): once per plane in every Deployment's rollout.
+type statusWrites struct {
+	written *lru.Cache // plane + path -> statusWrite
+}
+
+type statusWrite struct{ from, to string }
+
+// maxStatusWrites bounds what statusWrites keeps: the objects whose
+// status was written last, far more than the controllers' informers lag
+// behind.
+const maxStatusWrites = 4096
+
+func newStatusWrites() *statusWrites { return &statusWrites{written: lru.New(maxStatusWrites)} }
+
+// catchUp returns body with the resourceVersion this client's last write
+// of the object produced, when body carries the one that write was sent
+// with.
+func (w *statusWrites) catchUp(plane, path string, body []byte) []byte {
+	v, ok := w.written.Get(plane + path)
+	if !ok {
+		return body
+	}
+	last := v.(statusWrite)
+	var obj map[string]any
+	if json.Unmarshal(body, &obj) != nil || resourceVersion(obj) != last.from {
+		return body
+	}
+	setResourceVersion(obj, last.to)
+	caught, err := json.Marshal(obj)
+	if err != nil {
+		return body
+	}
+	return caught
+}
+
+// record notes a successful status write: sent is what was sent, answer
+// the object it produced.
+func (w *statusWrites) record(plane, path string, sent, answer []byte) {
+	from, to := resourceVersionOf(sent), resourceVersionOf(answer)
+	if from == "" || to == "" {
+		return
+	}
+	w.written.Add(plane+path, statusWrite{from: from, to: to})
+}
+
+// resourceVersionOf reads an encoded object's resourceVersion.
+func resourceVersionOf(data []byte) string {
+	var obj struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(data, &obj) != nil {
+		return ""
+	}
+	return obj.Metadata.ResourceVersion
 }
 
 // reapplyStatusAttempts bounds the re-applications of one status write.
@@ -28,32 +99,32 @@ const reapplyStatusAttempts = 3
 // status from the same objects, and sending the conflict back only puts
 // the work item behind the queue's shared retry limit (10/s for all
 // planes). A changed spec still answers the conflict.
-func (u *unfold) reapplyStatus(req *http.Request, body []byte, conflict *http.Response) (*http.Response, error) {
+func (u *unfold) reapplyStatus(req *http.Request, body []byte, conflict *http.Response) (*http.Response, []byte, error) {
 	var sent map[string]any
 	if json.Unmarshal(body, &sent) != nil {
-		return conflict, nil
+		return conflict, body, nil
 	}
-	resp := conflict
+	resp, last := conflict, body
 	for attempt := 0; attempt < reapplyStatusAttempts && resp.StatusCode == http.StatusConflict; attempt++ {
 		current, ok := u.current(req)
 		if !ok || generation(current) != generation(sent) {
-			return resp, nil
+			return resp, last, nil
 		}
 		setResourceVersion(sent, resourceVersion(current))
 		again, err := json.Marshal(sent)
 		if err != nil {
-			return resp, nil
+			return resp, last, nil
 		}
 		retry := req.Clone(req.Context())
 		setBody(retry, again)
 		next, err := u.next.RoundTrip(retry)
 		if err != nil {
-			return resp, nil
+			return resp, last, nil
 		}
 		drain(resp)
-		resp = next
+		resp, last = next, again
 	}
-	return resp, nil
+	return resp, last, nil
 }
 
 // current reads the object of a status write.
