@@ -3,7 +3,6 @@ package kine
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,18 +17,7 @@ import (
 // of it.
 func startBatchKine(t *testing.T) (*clientv3.Client, *driver.Deleter) {
 	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	k, err := listen(ctx, Config{Endpoint: SQLiteEndpoint(filepath.Join(dir, "db", "state.db")), SocketDir: dir}, grpcServer())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		k.StopServing()
-		cancel()
-		k.Wait()
-	})
+	k := startKine(t)
 	if !k.BatchDeletes {
 		t.Fatal("kine on SQLite does not take batches of deletions")
 	}
