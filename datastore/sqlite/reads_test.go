@@ -92,4 +92,3 @@ func rowsOf(t *testing.T, db *sql.DB, q *query.Named, args ...any) [][]any {
 	}
 	return out
 }
-
