@@ -19,7 +19,7 @@ LDFLAGS := -s -w \
 
 export CGO_ENABLED = 0
 
-.PHONY: all build run test test-unit test-e2e test-sdk test-go-sdk envtest-assets sdk-spec bench bench-quick vet clean release conformance image
+.PHONY: all build run fmt-check test test-unit test-e2e test-sdk test-go-sdk envtest-assets sdk-spec bench bench-quick vet clean release conformance image
 
 all: build
 
@@ -34,7 +34,7 @@ run: build
 # A failure is repeated at the end of the output with its first lines
 # (scripts/test-failures): the log of a failed run is long.
 GO_TEST_LOG := $(CURDIR)/bin/go-test.log
-test: build envtest-assets
+test: fmt-check build envtest-assets
 	@rm -f $(GO_TEST_LOG).failed
 	{ KPLANE_BINARY=$(CURDIR)/bin/kplane $(GO) test -p 2 -timeout 25m ./... 2>&1 || touch $(GO_TEST_LOG).failed; } | tee $(GO_TEST_LOG)
 	@if [ -f $(GO_TEST_LOG).failed ]; then scripts/test-failures $(GO_TEST_LOG); exit 1; fi
@@ -140,6 +140,11 @@ sdk-spec:
 
 vet:
 	$(GO) vet ./...
+
+## fmt-check: fails when gofmt would change a tracked Go file
+fmt-check:
+	@out=$$($$($(GO) env GOROOT)/bin/gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # bench/ holds measured figures and is kept.
 clean:
