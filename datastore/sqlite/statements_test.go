@@ -295,14 +295,7 @@ func TestWritesClassifiesStatements(t *testing.T) {
 // kine's own statements: its reads (the WITH that reads one key on every
 // update and create among them) pass no gate, its writes do.
 func TestWritesClassifiesKineStatements(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := &sync.WaitGroup{}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	path := filepath.Join(t.TempDir(), "state.db")
-	_, dialect, err := kinesqlite.NewVariant(ctx, wg, "sqlite3", &drivers.Config{DataSourceName: path + "?" + kinesqlite.DefaultParams})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dialect := kineDialect(t)
 	reads := map[string]bool{}
 	for _, name := range []string{"GetSingle", "GetSingleVal", "AllCurrent", "AllCurrentVal", "ListCurrent", "ListCurrentVal",
 		"ListRevisionStart", "ListRevisionStartVal", "GetRevisionAfter", "GetRevisionAfterVal", "CountAllCurrent", "CountCurrent",
@@ -326,4 +319,19 @@ func TestWritesClassifiesKineStatements(t *testing.T) {
 	if checked < len(reads)+4 {
 		t.Fatalf("only %d of kine's statements found", checked)
 	}
+}
+
+// kineDialect is kine's SQLite dialect, as kine builds it, over a fresh
+// database with kine's schema.
+func kineDialect(t *testing.T) *generic.Generic {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := &sync.WaitGroup{}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	path := filepath.Join(t.TempDir(), "state.db")
+	_, dialect, err := kinesqlite.NewVariant(ctx, wg, "sqlite3", &drivers.Config{DataSourceName: path + "?" + kinesqlite.DefaultParams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dialect
 }
