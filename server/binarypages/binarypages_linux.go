@@ -16,6 +16,17 @@ import (
 // where they are; a page needed again is read back in on its next use.
 // Kernels older than 5.4 (no MADV_PAGEOUT) answer an error and nothing
 // changes.
+//
+// The read-only data (type descriptors, stack maps, the function tables)
+// is read back one page at a time from then on, without the kernel's
+// read-around; code keeps it. The garbage collector reads a few bytes of
+// that data per live type and per stack frame, pages apart, on every
+// cycle, also in an idle server. Read around, each such read brought in
+// 31 neighbouring pages and mapped 15 of them: an idle server's resident
+// binary grew back from about 20 to 45-50 MiB in two minutes. Paged in one
+// at a time it stays at about 25 MiB. The price is paid once, by the first
+// requests after start-up: they read the data they touch page by page
+// (about 2,600 reads for the first plane creations, some 0.2 s in all).
 func PageOut() (int64, error) {
 	ranges, err := readOnlyMappingsOfExecutable()
 	if err != nil {
@@ -23,8 +34,13 @@ func PageOut() (int64, error) {
 	}
 	var advised int64
 	for _, r := range ranges {
-		// A raw syscall: the ranges are not Go memory, so there is no
+		// Raw syscalls: the ranges are not Go memory, so there is no
 		// slice to hand to unix.Madvise.
+		if !r.executable {
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_RANDOM); errno != 0 {
+				return advised, fmt.Errorf("madvise(MADV_RANDOM) %#x-%#x: %w", r.start, r.end, errno)
+			}
+		}
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT); errno != 0 {
 			return advised, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x: %w", r.start, r.end, errno)
 		}
@@ -33,7 +49,12 @@ func PageOut() (int64, error) {
 	return advised, nil
 }
 
-type addressRange struct{ start, end uintptr }
+// addressRange is one mapping of the executable.
+type addressRange struct {
+	start, end uintptr
+	// executable: the mapping holds code, not data.
+	executable bool
+}
 
 // readOnlyMappingsOfExecutable lists the mappings of /proc/self/maps
 // backed by the running executable's file and not writable. The kernel
@@ -83,5 +104,5 @@ func readOnlyMappingOf(line, path string) (addressRange, bool) {
 	if err1 != nil || err2 != nil || e <= s {
 		return addressRange{}, false
 	}
-	return addressRange{start: uintptr(s), end: uintptr(e)}, true
+	return addressRange{start: uintptr(s), end: uintptr(e), executable: strings.Contains(fields[1], "x")}, true
 }

@@ -17,8 +17,8 @@ func TestReadOnlyMappingOf(t *testing.T) {
 		want  addressRange
 		match bool
 	}{
-		{"00400000-040a2000 r-xp 00000000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{0x400000, 0x40a2000}, true},
-		{"040a2000-085db000 r--p 03ca2000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{0x40a2000, 0x85db000}, true},
+		{"00400000-040a2000 r-xp 00000000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{start: 0x400000, end: 0x40a2000, executable: true}, true},
+		{"040a2000-085db000 r--p 03ca2000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{start: 0x40a2000, end: 0x85db000}, true},
 		{"085db000-086ff000 rw-p 081db000 fd:01 1234                               /usr/local/bin/kplane server", addressRange{}, false},
 		{"7f0000000000-7f0000001000 r--p 00000000 fd:01 99                         /usr/lib/libc.so.6", addressRange{}, false},
 		{"7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ", addressRange{}, false},
@@ -81,4 +81,51 @@ func residentFileKiB(t *testing.T) int {
 	}
 	t.Fatalf("no RssFile in /proc/self/status:\n%s", status)
 	return 0
+}
+
+// After PageOut the executable's read-only data is read back one page at
+// a time (VM_RAND_READ, "rr" in smaps) and its code is not.
+func TestPageOutReadsDataBackByPage(t *testing.T) {
+	if _, err := PageOut(); errors.Is(err, unix.EINVAL) {
+		t.Skipf("this kernel has no MADV_PAGEOUT (Linux 5.4 and later have it): %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seenCode, seenData bool
+	var mapping addressRange
+	var ours bool
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if r, ok := readOnlyMappingOf(line, exe); ok {
+			mapping, ours = r, true
+			continue
+		}
+		flags, ok := strings.CutPrefix(line, "VmFlags:")
+		if !ok || !ours {
+			continue
+		}
+		ours = false
+		random := strings.Contains(" "+flags+" ", " rr ")
+		if mapping.executable {
+			seenCode = true
+			if random {
+				t.Errorf("the code mapping %#x-%#x lost the kernel's read-around", mapping.start, mapping.end)
+			}
+		} else {
+			seenData = true
+			if !random {
+				t.Errorf("the data mapping %#x-%#x is still read around (VmFlags:%s)", mapping.start, mapping.end, flags)
+			}
+		}
+	}
+	if !seenCode || !seenData {
+		t.Fatalf("smaps named the executable's code (%v) and read-only data (%v) mappings", seenCode, seenData)
+	}
 }
