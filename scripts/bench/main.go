@@ -89,6 +89,7 @@ type benchFlags struct {
 	profilesIdle    *time.Duration
 	auditOps        *int
 	auditRounds     *int
+	rounds          *int
 	noisyWriters    *int
 	noisyListers    *int
 	noisyOps        *int
@@ -142,6 +143,7 @@ func parseFlags() *benchFlags {
 	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
+	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes) and workloads (rollout) in which the two binaries take turns going first; each figure is the median of its rounds")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
@@ -197,11 +199,11 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = scenariosScenario(bin, scenariosParams{Objects: *f.scenarioObjects, Members: *f.scenarioMembers,
 			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary, ProfileDir: *f.profileDir})
 	case "workloads":
-		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir, Old: *f.oldBinary})
+		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir, Old: *f.oldBinary, Rounds: *f.rounds})
 	case "member-workloads":
 		res, err = memberWorkloadsScenario(bin, memberWorkloadsParams{Members: *f.fleetReplicas, Workers: *f.workers, Bootstrap: *f.bootstrap})
 	case "plain-planes":
-		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary, ProfileDir: *f.profileDir})
+		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary, Rounds: *f.rounds, ProfileDir: *f.profileDir})
 	case "pod-memory":
 		res, err = podMemoryScenario(bin, podMemoryParams{Planes: *f.podMemoryPlanes, Pods: *f.podMemoryPods, Workers: *f.workers, ProfileDir: *f.profileDir})
 	case "quota":

@@ -22,6 +22,9 @@ type plainPlanesParams struct {
 	// Old is an earlier binary whose base planes are measured the same
 	// way (old_base_*).
 	Old string
+	// Rounds of the base planes of both binaries, in turn (alternate);
+	// with Old only.
+	Rounds int
 	// ProfileDir, if set, receives a CPU profile of each server over its
 	// first 5 s of plane creation.
 	ProfileDir string
@@ -39,29 +42,46 @@ func plainPlanesScenario(binary string, p plainPlanesParams) (Result, error) {
 	if p.BaseOnly {
 		modes = modes[:1]
 	}
-	for _, mode := range modes {
-		if err := plainPlanes(binary, p, mode.flag, mode.prefix, figures); err != nil {
-			return Result{}, fmt.Errorf("%s: %w", mode.flag, err)
+	if p.Old == "" {
+		if err := plainPlanes(binary, p, modes[0].flag, modes[0].prefix, modes[0].prefix, figures); err != nil {
+			return Result{}, fmt.Errorf("%s: %w", modes[0].flag, err)
 		}
+	} else {
+		current, old, err := alternate(p.Rounds, func(isOld bool) (map[string]float64, error) {
+			round := map[string]float64{}
+			bin, label := binary, modes[0].prefix
+			if isOld {
+				bin, label = p.Old, "old_"+label
+			}
+			// Figures without prefix: alternate takes their medians.
+			return round, plainPlanes(bin, p, modes[0].flag, "", label, round)
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", modes[0].flag, err)
+		}
+		addPrefixed(figures, modes[0].prefix, current)
+		addPrefixed(figures, "old_"+modes[0].prefix, old)
 	}
-	if p.Old != "" {
-		if err := plainPlanes(p.Old, p, modes[0].flag, "old_"+modes[0].prefix, figures); err != nil {
-			return Result{}, fmt.Errorf("the old binary: %w", err)
+	for _, mode := range modes[1:] {
+		if err := plainPlanes(binary, p, mode.flag, mode.prefix, mode.prefix, figures); err != nil {
+			return Result{}, fmt.Errorf("%s: %w", mode.flag, err)
 		}
 	}
 	return Result{
 		Scenario: "plain-planes",
-		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "base_only": p.BaseOnly, "old_binary": p.Old != "", "datastore": "sqlite"},
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "base_only": p.BaseOnly, "old_binary": p.Old != "", "rounds": max(p.Rounds, 1), "datastore": "sqlite"},
 		Figures:  figures,
 		Notes: []string{
-			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way); old_base_*: --old-binary's default server, measured the same way after the others.",
+			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way); old_base_*: --old-binary's default server, measured the same way; the two binaries' base servers take turns going first over the rounds (--rounds), each figure the median of its rounds (_min, _max: its extremes, with more than one round).",
 			"create_to_served: POST the Plane in root, then GET namespace default in the plane until it answers (a request to a plane still being provisioned waits for it).",
 			"revisions_per_plane: datastore revisions (one per record written) while the planes were made, divided by planes; the Plane object and its status included.",
 		},
 	}, nil
 }
 
-func plainPlanes(binary string, p plainPlanesParams, flag, prefix string, figures map[string]float64) error {
+// plainPlanes measures one server; its figures are named with prefix, its
+// CPU profile (with p.ProfileDir; the last round's stays) with label.
+func plainPlanes(binary string, p plainPlanesParams, flag, prefix, label string, figures map[string]float64) error {
 	s, err := startServer(binary, flag)
 	if err != nil {
 		return err
@@ -93,7 +113,7 @@ func plainPlanes(binary string, p plainPlanesParams, flag, prefix string, figure
 	if p.ProfileDir != "" {
 		cpuProfile = make(chan error, 1)
 		go func() {
-			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "plain-planes-"+strings.Trim(prefix, "_")+"-cpu.pprof"), 5*time.Second)
+			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "plain-planes-"+strings.Trim(label, "_")+"-cpu.pprof"), 5*time.Second)
 		}()
 	}
 	served, took, err := forEach(names, p.Workers, func(ctx context.Context, name string) error {

@@ -23,6 +23,9 @@ type workloadsParams struct {
 	// Old, when set, is an earlier binary whose rollout (the same
 	// Deployments on the same number of planes) is timed after this one's.
 	Old string
+	// Rounds of the two binaries' rollouts, in turn (alternate); with Old
+	// only. The first round's rollout of this binary is the full run's.
+	Rounds int
 }
 
 // idleReading is a server's memory and goroutines after a settle.
@@ -91,14 +94,16 @@ func workloadsScenario(binary string, p workloadsParams) (Result, error) {
 		}
 	}
 	figures["idle_heap_rise_kib_per_plane"] = figures["on_idle_marginal_heap_kib_per_plane"] - figures["off_idle_marginal_heap_kib_per_plane"]
+	if p.Old != "" {
+		if err := rolloutsSideBySide(binary, p, figures); err != nil {
+			return Result{}, err
+		}
+	}
 	notes := []string{
 		fmt.Sprintf("%d planes x a 3-replica Deployment all Available in %.1f s (the goal is 30 s for 1,000)", p.Planes, figures["all_available_seconds"]),
 	}
 	if p.Old != "" {
-		if err := oldRollout(p, figures); err != nil {
-			return Result{}, fmt.Errorf("old binary: %w", err)
-		}
-		notes = append(notes, fmt.Sprintf("the old binary, right after on a server of its own: all Available in %.1f s", figures["old_all_available_seconds"]),
+		notes = append(notes, fmt.Sprintf("the old binary, on a server of its own: all Available in %.1f s; over %d round(s) the two binaries took turns going first, each rollout figure the median of its rounds (_min, _max: its extremes, with more than one round)", figures["old_all_available_seconds"], max(p.Rounds, 1)),
 			fmt.Sprintf("server CPU for the rollout: %.1f s, the old binary's %.1f s (rollout_server_cpu_seconds: user and system time of the server process from the first create until all are Available)",
 				figures["rollout_server_cpu_seconds"], figures["old_rollout_server_cpu_seconds"]))
 	}
@@ -110,32 +115,64 @@ func workloadsScenario(binary string, p workloadsParams) (Result, error) {
 	)
 	return Result{
 		Scenario: "workloads",
-		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "bootstrap": p.Bootstrap, "replicas": 3, "old_binary": p.Old != ""},
+		Params:   map[string]any{"planes": p.Planes, "workers": p.Workers, "bootstrap": p.Bootstrap, "replicas": 3, "old_binary": p.Old != "", "rounds": max(p.Rounds, 1)},
 		Figures:  figures,
 		Notes:    notes,
 	}, nil
 }
 
-// oldRollout times the same rollout on p.Old, on a server of its own.
-func oldRollout(p workloadsParams, figures map[string]float64) error {
-	s, err := startServer(p.Old, "--plane-bootstrap", p.Bootstrap, "--simulation=true")
+// rolloutFigures are the figures a rollout alone measures.
+var rolloutFigures = []string{"all_available_seconds", "rollout_server_cpu_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms",
+	"events_per_plane"}
+
+// rolloutsSideBySide times the rollout on p.Old too, the two binaries
+// taking turns over p.Rounds; the full run's rollout is this binary's
+// first round. Its rollout figures become the medians.
+func rolloutsSideBySide(binary string, p workloadsParams, figures map[string]float64) error {
+	fullRun := map[string]float64{}
+	for _, name := range rolloutFigures {
+		fullRun[name] = figures[name]
+	}
+	current, old, err := alternate(p.Rounds, func(isOld bool) (map[string]float64, error) {
+		switch {
+		case isOld:
+			return rolloutAlone(p.Old, p)
+		case fullRun != nil:
+			first := fullRun
+			fullRun = nil
+			return first, nil
+		default:
+			return rolloutAlone(binary, p)
+		}
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("rollouts side by side: %w", err)
+	}
+	addPrefixed(figures, "", current)
+	addPrefixed(figures, "old_", old)
+	return nil
+}
+
+// rolloutAlone times the same rollout on binary, on a server of its own.
+func rolloutAlone(binary string, p workloadsParams) (map[string]float64, error) {
+	s, err := startServer(binary, "--plane-bootstrap", p.Bootstrap, "--simulation=true")
+	if err != nil {
+		return nil, err
 	}
 	defer s.stop()
 	if _, _, err := createPlanes(s, 0, p.Planes, p.Workers, 0); err != nil {
-		return err
+		return nil, err
 	}
-	old := map[string]float64{}
+	measured := map[string]float64{}
 	p.ProfileDir = ""
-	if err := deployEverywhere(s, p, old); err != nil {
-		return err
+	if err := deployEverywhere(s, p, measured); err != nil {
+		return nil, err
 	}
-	for _, name := range []string{"all_available_seconds", "rollout_server_cpu_seconds", "pod_created_to_running_p50_ms", "pod_created_to_running_p99_ms",
-		"events_per_plane"} {
-		figures["old_"+name] = old[name]
+	figures := map[string]float64{}
+	for _, name := range rolloutFigures {
+		figures[name] = measured[name]
 	}
-	return nil
+	return figures, nil
 }
 
 // deployEverywhere creates Deployment web (3 replicas) in every bench plane
