@@ -32,6 +32,7 @@ func PageOut() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	writeBackExecutable()
 	var advised int64
 	for _, r := range ranges {
 		// Raw syscalls: the ranges are not Go memory, so there is no
@@ -49,6 +50,21 @@ func PageOut() (int64, error) {
 		}
 	}
 	return advised, nil
+}
+
+// writeBackExecutable writes the executable's dirty pages to disk. The
+// kernel pages out only clean pages: a binary written less than about
+// 30 s before (a fresh build or install, writeback not yet due) kept
+// every page resident through the page-out, and its idle server stood at
+// 103 instead of 66 MiB (generic). Best effort: a file system that cannot
+// sync leaves those pages where they are, as before.
+func writeBackExecutable() {
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return
+	}
+	defer exe.Close()
+	_ = unix.Fdatasync(int(exe.Fd()))
 }
 
 // addressRange is one mapping of the executable.
