@@ -22,7 +22,11 @@ func alternate(rounds int, measure func(old bool) (map[string]float64, error)) (
 		for _, isOld := range order {
 			figures, err := measure(isOld)
 			if err != nil {
-				return nil, nil, fmt.Errorf("round %d of %d (%s binary): %w", round+1, rounds, map[bool]string{false: "the current", true: "the old"}[isOld], err)
+				which := "the current"
+				if isOld {
+					which = "the old"
+				}
+				return nil, nil, fmt.Errorf("round %d of %d (%s binary): %w", round+1, rounds, which, err)
 			}
 			if isOld {
 				oldRounds = append(oldRounds, figures)
