@@ -161,12 +161,8 @@ func singleEtcdBecomesCluster(t *testing.T, token string) *framework.Server {
 // peer port on loopback.
 func startMember(t *testing.T, token string, args ...string) *framework.Server {
 	t.Helper()
-	port, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := framework.StartServer(t, framework.Options{Args: append([]string{"--datastore-endpoint", "etcd",
-		"--join-token", token, "--etcd-peer-port", strconv.Itoa(port), "--simulation=false"}, args...)})
+		"--join-token", token, "--simulation=false"}, args...), PortFlags: []string{"--etcd-peer-port"}})
 	removeWhenPassed(t, s)
 	return s
 }

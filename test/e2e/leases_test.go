@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,18 +50,14 @@ func startEmbeddedEtcdCluster(t *testing.T, n int) []*framework.Server {
 	token := framework.NewJoinToken(t)
 	servers := make([]*framework.Server, n)
 	for i := range servers {
-		port, err := framework.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
 		args := []string{"--datastore-endpoint", "etcd", "--join-token", token,
-			"--etcd-peer-port", strconv.Itoa(port), "--server-name", fmt.Sprintf("s%d", i+1)}
+			"--server-name", fmt.Sprintf("s%d", i+1)}
 		if i == 0 {
 			args = append(args, "--cluster-init")
 		} else {
 			args = append(args, "--server", servers[0].URL)
 		}
-		servers[i] = framework.StartServer(t, framework.Options{Args: args})
+		servers[i] = framework.StartServer(t, framework.Options{Args: args, PortFlags: []string{"--etcd-peer-port"}})
 		removeWhenPassed(t, servers[i])
 	}
 	return servers

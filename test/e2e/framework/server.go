@@ -7,11 +7,13 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +60,11 @@ type Options struct {
 	DataDir string
 	// Port reuses a port (restart); default: a free port.
 	Port int
+	// PortFlags are flags (such as --etcd-peer-port) that each take a
+	// free port, picked again with the server's own when a start fails on
+	// "address already in use"; the ports chosen end up in Server.Args,
+	// so a restart keeps them.
+	PortFlags []string
 	// Args are extra `kplane server` flags.
 	Args []string
 	// Binary runs this kplane binary instead of $KPLANE_BINARY (an
@@ -105,18 +112,35 @@ func Start(opts Options) (*Server, error) {
 				return nil, err
 			}
 		}
-		s := &Server{DataDir: dir, Port: port, Args: opts.Args, URL: fmt.Sprintf("https://127.0.0.1:%d", port), binary: opts.Binary}
-		err := s.start()
+		args, err := withFreePorts(opts.Args, opts.PortFlags)
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{DataDir: dir, Port: port, Args: args, URL: fmt.Sprintf("https://127.0.0.1:%d", port), binary: opts.Binary}
+		err = s.start()
 		if err == nil {
 			return s, nil
 		}
-		// A free port can be taken by another process (a client's
-		// ephemeral port) before the server binds it: pick another.
-		if opts.Port != 0 || attempt == 3 || !strings.Contains(s.Log(), "address already in use") {
+		// A free port can be taken by another process before the server
+		// binds it: pick others.
+		if (opts.Port != 0 && len(opts.PortFlags) == 0) || attempt == 3 || !strings.Contains(s.Log(), "address already in use") {
 			return s, err
 		}
 		s.Stop()
 	}
+}
+
+// withFreePorts is args followed by each of flags with a free port.
+func withFreePorts(args, flags []string) ([]string, error) {
+	out := slices.Clone(args)
+	for _, flag := range flags {
+		port, err := FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("a port for %s: %w", flag, err)
+		}
+		out = append(out, flag, strconv.Itoa(port))
+	}
+	return out, nil
 }
 
 func (s *Server) start() error {
@@ -410,8 +434,53 @@ func (s *Server) Cleanup() {
 	os.RemoveAll(s.DataDir)
 }
 
-// FreePort returns a free loopback TCP port.
+// lowestPort is the lowest port FreePort hands out: above the ports
+// services are usually configured on.
+const lowestPort = 10000
+
+// FreePort returns a free loopback TCP port below the kernel's ephemeral
+// range. A port from that range (what binding port 0 gives) can be taken
+// by any client's outgoing connection before the server binds it: a
+// cluster test failed on "address already in use" three times in a row
+// with such a peer port while the other tests ran their clients.
 func FreePort() (int, error) {
+	highest := ephemeralLow() - 1
+	if highest-lowestPort < 1000 {
+		return anyFreePort()
+	}
+	for range 100 {
+		port := lowestPort + rand.IntN(highest-lowestPort+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return anyFreePort()
+}
+
+// ephemeralLow is the lowest port the kernel gives outgoing connections
+// (Linux's default when it cannot be read).
+func ephemeralLow() int {
+	const linuxDefault = 32768
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return linuxDefault
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return linuxDefault
+	}
+	return low
+}
+
+// anyFreePort is a free port picked by the kernel.
+func anyFreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
