@@ -86,21 +86,21 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 		built[inf] = src
 		return inf
 	}
-	i.Deployments = deploymentInformer{build(schema.GroupResource{Group: "apps", Resource: "deployments"}, deployments)}
-	i.ReplicaSets = replicaSetInformer{build(schema.GroupResource{Group: "apps", Resource: "replicasets"}, replicaSets)}
-	i.ReplicationControllers = replicationControllerInformer{build(schema.GroupResource{Resource: "replicationcontrollers"}, replicationControllers)}
-	i.StatefulSets = statefulSetInformer{build(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, statefulSets)}
-	i.ControllerRevisions = controllerRevisionInformer{build(schema.GroupResource{Group: "apps", Resource: "controllerrevisions"}, controllerRevisions)}
-	i.PersistentVolumeClaims = persistentVolumeClaimInformer{build(schema.GroupResource{Resource: "persistentvolumeclaims"}, persistentVolumeClaims)}
-	i.Endpoints = endpointsInformer{build(schema.GroupResource{Resource: "endpoints"}, endpoints)}
-	i.PodDisruptionBudgets = podDisruptionBudgetInformer{build(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}, podDisruptionBudgets)}
-	i.Jobs = jobInformer{build(schema.GroupResource{Group: "batch", Resource: "jobs"}, jobs)}
-	i.CronJobs = cronJobInformer{build(schema.GroupResource{Group: "batch", Resource: "cronjobs"}, cronJobs)}
-	i.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, pods)}
-	i.Services = serviceInformer{build(schema.GroupResource{Resource: "services"}, services)}
-	i.Nodes = nodeInformer{build(schema.GroupResource{Resource: "nodes"}, nodes)}
-	i.EndpointSlices = endpointSliceInformer{build(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, endpointSlices)}
-	i.DaemonSets = daemonSetInformer{build(daemonSetsResource, daemonSets)}
+	i.Deployments = typedInformer(build(groupResource("apps", "deployments"), deployments), appslisters.NewDeploymentLister)
+	i.ReplicaSets = typedInformer(build(groupResource("apps", "replicasets"), replicaSets), appslisters.NewReplicaSetLister)
+	i.ReplicationControllers = typedInformer(build(groupResource("", "replicationcontrollers"), replicationControllers), corelisters.NewReplicationControllerLister)
+	i.StatefulSets = typedInformer(build(groupResource("apps", "statefulsets"), statefulSets), appslisters.NewStatefulSetLister)
+	i.ControllerRevisions = typedInformer(build(groupResource("apps", "controllerrevisions"), controllerRevisions), appslisters.NewControllerRevisionLister)
+	i.PersistentVolumeClaims = typedInformer(build(groupResource("", "persistentvolumeclaims"), persistentVolumeClaims), corelisters.NewPersistentVolumeClaimLister)
+	i.Endpoints = typedInformer(build(groupResource("", "endpoints"), endpoints), corelisters.NewEndpointsLister)
+	i.PodDisruptionBudgets = typedInformer(build(groupResource("policy", "poddisruptionbudgets"), podDisruptionBudgets), policylisters.NewPodDisruptionBudgetLister)
+	i.Jobs = typedInformer(build(groupResource("batch", "jobs"), jobs), batchlisters.NewJobLister)
+	i.CronJobs = typedInformer(build(groupResource("batch", "cronjobs"), cronJobs), batchlisters.NewCronJobLister)
+	i.Pods = typedInformer(build(groupResource("", "pods"), pods), corelisters.NewPodLister)
+	i.Services = typedInformer(build(groupResource("", "services"), services), corelisters.NewServiceLister)
+	i.Nodes = typedInformer(build(groupResource("", "nodes"), nodes), corelisters.NewNodeLister)
+	i.EndpointSlices = typedInformer(build(groupResource("discovery.k8s.io", "endpointslices"), endpointSlices), discoverylisters.NewEndpointSliceLister)
+	i.DaemonSets = typedInformer(build(daemonSetsResource, daemonSets), appslisters.NewDaemonSetLister)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,11 @@ func newInformer(registry *planestorage.Registry, gr schema.GroupResource, k kin
 	return inf, src, nil
 }
 
-var daemonSetsResource = schema.GroupResource{Group: "apps", Resource: "daemonsets"}
+var daemonSetsResource = groupResource("apps", "daemonsets")
+
+func groupResource(group, resource string) schema.GroupResource {
+	return schema.GroupResource{Group: group, Resource: resource}
+}
 
 // PlaneInformers are informers of one plane's objects, for a controller
 // that cannot share the informers of every plane: upstream's DaemonSet
@@ -184,10 +188,10 @@ func ForPlane(registry *planestorage.Registry, plane string) (*PlaneInformers, e
 		p.all = append(p.all, inf)
 		return inf
 	}
-	p.DaemonSets = daemonSetInformer{build(daemonSetsResource, daemonSets)}
-	p.ControllerRevisions = controllerRevisionInformer{build(schema.GroupResource{Group: "apps", Resource: "controllerrevisions"}, controllerRevisions)}
-	p.Pods = podInformer{build(schema.GroupResource{Resource: "pods"}, daemonPods)}
-	p.Nodes = nodeInformer{build(schema.GroupResource{Resource: "nodes"}, nodes)}
+	p.DaemonSets = typedInformer(build(daemonSetsResource, daemonSets), appslisters.NewDaemonSetLister)
+	p.ControllerRevisions = typedInformer(build(groupResource("apps", "controllerrevisions"), controllerRevisions), appslisters.NewControllerRevisionLister)
+	p.Pods = typedInformer(build(groupResource("", "pods"), daemonPods), corelisters.NewPodLister)
+	p.Nodes = typedInformer(build(groupResource("", "nodes"), nodes), corelisters.NewNodeLister)
 	if err != nil {
 		return nil, err
 	}
@@ -225,113 +229,18 @@ func (i *Informers) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
-type deploymentInformer struct{ cache.SharedIndexInformer }
-
-func (d deploymentInformer) Informer() cache.SharedIndexInformer { return d.SharedIndexInformer }
-func (d deploymentInformer) Lister() appslisters.DeploymentLister {
-	return appslisters.NewDeploymentLister(d.GetIndexer())
+// typed is a shared informer seen as client-go's typed informer of one
+// resource (the interfaces upstream's controllers take): its Lister reads
+// the informer's index.
+type typed[L any] struct {
+	cache.SharedIndexInformer
+	newLister func(cache.Indexer) L
 }
 
-type replicaSetInformer struct{ cache.SharedIndexInformer }
-
-func (r replicaSetInformer) Informer() cache.SharedIndexInformer { return r.SharedIndexInformer }
-func (r replicaSetInformer) Lister() appslisters.ReplicaSetLister {
-	return appslisters.NewReplicaSetLister(r.GetIndexer())
+// typedInformer makes inf a typed informer whose lister newLister builds.
+func typedInformer[L any](inf cache.SharedIndexInformer, newLister func(cache.Indexer) L) typed[L] {
+	return typed[L]{SharedIndexInformer: inf, newLister: newLister}
 }
 
-type replicationControllerInformer struct{ cache.SharedIndexInformer }
-
-func (r replicationControllerInformer) Informer() cache.SharedIndexInformer {
-	return r.SharedIndexInformer
-}
-func (r replicationControllerInformer) Lister() corelisters.ReplicationControllerLister {
-	return corelisters.NewReplicationControllerLister(r.GetIndexer())
-}
-
-type statefulSetInformer struct{ cache.SharedIndexInformer }
-
-func (s statefulSetInformer) Informer() cache.SharedIndexInformer { return s.SharedIndexInformer }
-func (s statefulSetInformer) Lister() appslisters.StatefulSetLister {
-	return appslisters.NewStatefulSetLister(s.GetIndexer())
-}
-
-type controllerRevisionInformer struct{ cache.SharedIndexInformer }
-
-func (c controllerRevisionInformer) Informer() cache.SharedIndexInformer {
-	return c.SharedIndexInformer
-}
-func (c controllerRevisionInformer) Lister() appslisters.ControllerRevisionLister {
-	return appslisters.NewControllerRevisionLister(c.GetIndexer())
-}
-
-type persistentVolumeClaimInformer struct{ cache.SharedIndexInformer }
-
-func (p persistentVolumeClaimInformer) Informer() cache.SharedIndexInformer {
-	return p.SharedIndexInformer
-}
-func (p persistentVolumeClaimInformer) Lister() corelisters.PersistentVolumeClaimLister {
-	return corelisters.NewPersistentVolumeClaimLister(p.GetIndexer())
-}
-
-type endpointsInformer struct{ cache.SharedIndexInformer }
-
-func (e endpointsInformer) Informer() cache.SharedIndexInformer { return e.SharedIndexInformer }
-func (e endpointsInformer) Lister() corelisters.EndpointsLister {
-	return corelisters.NewEndpointsLister(e.GetIndexer())
-}
-
-type podDisruptionBudgetInformer struct{ cache.SharedIndexInformer }
-
-func (p podDisruptionBudgetInformer) Informer() cache.SharedIndexInformer {
-	return p.SharedIndexInformer
-}
-func (p podDisruptionBudgetInformer) Lister() policylisters.PodDisruptionBudgetLister {
-	return policylisters.NewPodDisruptionBudgetLister(p.GetIndexer())
-}
-
-type jobInformer struct{ cache.SharedIndexInformer }
-
-func (j jobInformer) Informer() cache.SharedIndexInformer { return j.SharedIndexInformer }
-func (j jobInformer) Lister() batchlisters.JobLister {
-	return batchlisters.NewJobLister(j.GetIndexer())
-}
-
-type cronJobInformer struct{ cache.SharedIndexInformer }
-
-func (c cronJobInformer) Informer() cache.SharedIndexInformer { return c.SharedIndexInformer }
-func (c cronJobInformer) Lister() batchlisters.CronJobLister {
-	return batchlisters.NewCronJobLister(c.GetIndexer())
-}
-
-type podInformer struct{ cache.SharedIndexInformer }
-
-func (p podInformer) Informer() cache.SharedIndexInformer { return p.SharedIndexInformer }
-func (p podInformer) Lister() corelisters.PodLister       { return corelisters.NewPodLister(p.GetIndexer()) }
-
-type serviceInformer struct{ cache.SharedIndexInformer }
-
-func (s serviceInformer) Informer() cache.SharedIndexInformer { return s.SharedIndexInformer }
-func (s serviceInformer) Lister() corelisters.ServiceLister {
-	return corelisters.NewServiceLister(s.GetIndexer())
-}
-
-type nodeInformer struct{ cache.SharedIndexInformer }
-
-func (n nodeInformer) Informer() cache.SharedIndexInformer { return n.SharedIndexInformer }
-func (n nodeInformer) Lister() corelisters.NodeLister {
-	return corelisters.NewNodeLister(n.GetIndexer())
-}
-
-type daemonSetInformer struct{ cache.SharedIndexInformer }
-
-func (d daemonSetInformer) Informer() cache.SharedIndexInformer { return d.SharedIndexInformer }
-func (d daemonSetInformer) Lister() appslisters.DaemonSetLister {
-	return appslisters.NewDaemonSetLister(d.GetIndexer())
-}
-
-type endpointSliceInformer struct{ cache.SharedIndexInformer }
-
-func (e endpointSliceInformer) Informer() cache.SharedIndexInformer { return e.SharedIndexInformer }
-func (e endpointSliceInformer) Lister() discoverylisters.EndpointSliceLister {
-	return discoverylisters.NewEndpointSliceLister(e.GetIndexer())
-}
+func (t typed[L]) Informer() cache.SharedIndexInformer { return t.SharedIndexInformer }
+func (t typed[L]) Lister() L                           { return t.newLister(t.GetIndexer()) }
