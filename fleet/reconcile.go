@@ -62,21 +62,74 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) {
 	now := time.Now()
 	names := MemberNames(f)
-	members := make([]observed, len(names))
-	planeUIDs := make([]types.UID, len(names))
-	var toCreate, toAdopt, toProbe []int
-	contested := map[string]struct{}{}
+	w := c.observeMembers(f.Name, names, now)
 
+	var after time.Duration
+	requeue := func(d time.Duration) {
+		if d > 0 && (after == 0 || d < after) {
+			after = d
+		}
+	}
+	if len(w.toCreate) > 0 {
+		requeue(c.create(f, w.state, names, w.toCreate, w.members, now))
+	}
+	adoptErr := c.forEach(ctx, w.toAdopt, func(ctx context.Context, i int) error {
+		return c.adopt(ctx, f.Name, names[i])
+	})
+	if err := c.letGo(ctx, f); err != nil {
+		return 0, err
+	}
+	if c.probeMembers(ctx, w) {
+		requeue(probeRetry)
+	}
+
+	st := buildStatus(f, w.members, metav1.NewTime(now).Rfc3339Copy())
+	d, err := c.writeStatus(ctx, f, w.state, st, now)
+	if err != nil {
+		return 0, err
+	}
+	requeue(d)
+	if adoptErr != nil {
+		return 0, adoptErr
+	}
+	if d, err = c.expire(ctx, f, st, now); err != nil {
+		return 0, err
+	}
+	requeue(d)
+	return after, nil
+}
+
+// memberWork is what one sync found of a Fleet's members (by index in
+// its member names) and has to do about them.
+type memberWork struct {
+	state   *fleetState
+	members []observed
+	// planeUIDs are the UIDs of the members' planes owned by the Fleet.
+	planeUIDs []types.UID
+	toCreate  []int
+	toAdopt   []int
+	toProbe   []int
+}
+
+// observeMembers reads each member's plane from the informer: its phase
+// in the Fleet's status, and whether it is to be created, adopted or
+// probed.
+func (c *Controller) observeMembers(fleet string, names []string, now time.Time) *memberWork {
+	w := &memberWork{members: make([]observed, len(names)), planeUIDs: make([]types.UID, len(names))}
+	contested := map[string]struct{}{}
 	c.mu.Lock()
-	s := c.fleetState(f.Name)
+	defer c.mu.Unlock()
+	s := c.fleetState(fleet)
+	w.state = s
 	for i, n := range names {
-		members[i] = observed{name: n, phase: MemberPending}
+		m := &w.members[i]
+		*m = observed{name: n, phase: MemberPending}
 		obj, ok, _ := c.config.Planes.GetIndexer().GetByKey(n)
 		if !ok {
-			members[i].message = "creating the plane"
+			m.message = "creating the plane"
 			_, queued := s.provisioning[n]
 			if at, recent := s.created[n]; !queued && (!recent || now.Sub(at) > createdMemory) {
-				toCreate = append(toCreate, i)
+				w.toCreate = append(w.toCreate, i)
 			}
 			continue
 		}
@@ -84,81 +137,60 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 		p := obj.(*unstructured.Unstructured)
 		owner := ownerOf(p)
 		switch {
-		case owner != f.Name && owner != "" && c.fleetExists(owner):
-			members[i].phase = MemberFailed
-			members[i].message = fmt.Sprintf("the plane is a member of Fleet %s", owner)
+		case owner != fleet && owner != "" && c.fleetExists(owner):
+			m.phase = MemberFailed
+			m.message = fmt.Sprintf("the plane is a member of Fleet %s", owner)
 			contested[n] = struct{}{}
 		case p.GetDeletionTimestamp() != nil:
-			members[i].message = "the plane is being deleted; it is created again once it is gone"
-		case owner != f.Name:
-			members[i].message = "adopting the plane"
-			toAdopt = append(toAdopt, i)
+			m.message = "the plane is being deleted; it is created again once it is gone"
+		case owner != fleet:
+			m.message = "adopting the plane"
+			w.toAdopt = append(w.toAdopt, i)
 		default:
-			phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
-			planeUIDs[i] = p.GetUID()
-			switch _, probed := c.readyz[p.GetUID()]; {
-			case lifecycle.Phase(phase) != lifecycle.Ready:
-				members[i].message = "the plane is being bootstrapped"
-			case probed:
-				members[i].phase, members[i].message = MemberReady, ""
-			default:
-				members[i].message = "waiting for the plane's readyz"
-				toProbe = append(toProbe, i)
-			}
+			w.planeUIDs[i] = p.GetUID()
+			c.observeOwned(w, i, p)
 		}
 	}
-	c.setContested(f.Name, s, contested)
-	c.mu.Unlock()
+	c.setContested(fleet, s, contested)
+	return w
+}
 
-	var after time.Duration
-	requeue := func(d time.Duration) {
-		if after == 0 || d < after {
-			after = d
-		}
+// observeOwned sets the phase of member i, whose plane p the Fleet owns:
+// Ready once the plane is and its readyz answered ok. c.mu is held.
+func (c *Controller) observeOwned(w *memberWork, i int, p *unstructured.Unstructured) {
+	m := &w.members[i]
+	phase, _, _ := unstructured.NestedString(p.Object, "status", "phase")
+	switch _, probed := c.readyz[p.GetUID()]; {
+	case lifecycle.Phase(phase) != lifecycle.Ready:
+		m.message = "the plane is being bootstrapped"
+	case probed:
+		m.phase, m.message = MemberReady, ""
+	default:
+		m.message = "waiting for the plane's readyz"
+		w.toProbe = append(w.toProbe, i)
 	}
-	if len(toCreate) > 0 {
-		if d := c.create(f, s, names, toCreate, members, now); d > 0 {
-			requeue(d)
-		}
-	}
-	adoptErr := c.forEach(ctx, toAdopt, func(ctx context.Context, i int) error {
-		return c.adopt(ctx, f.Name, names[i])
-	})
-	if err := c.letGo(ctx, f); err != nil {
-		return 0, err
-	}
-	var probeMu sync.Mutex
-	_ = c.forEach(ctx, toProbe, func(ctx context.Context, i int) error {
-		err := c.probeReadyz(ctx, names[i])
-		probeMu.Lock()
-		defer probeMu.Unlock()
+}
+
+// probeMembers asks the readyz of the members to probe; those that answer ok
+// are Ready from now on. It reports whether one did not.
+func (c *Controller) probeMembers(ctx context.Context, w *memberWork) (retry bool) {
+	var mu sync.Mutex
+	_ = c.forEach(ctx, w.toProbe, func(ctx context.Context, i int) error {
+		err := c.probeReadyz(ctx, w.members[i].name)
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			members[i].message = err.Error()
-			requeue(probeRetry)
+			w.members[i].message = err.Error()
+			retry = true
 			return nil
 		}
-		members[i].phase, members[i].message = MemberReady, ""
+		w.members[i].phase, w.members[i].message = MemberReady, ""
 		c.mu.Lock()
-		c.readyz[planeUIDs[i]] = struct{}{}
+		c.readyz[w.planeUIDs[i]] = struct{}{}
 		c.mu.Unlock()
 		return nil
 	})
-
-	st := buildStatus(f, members, metav1.NewTime(now).Rfc3339Copy())
-	if d, err := c.writeStatus(ctx, f, s, st, now); err != nil {
-		return 0, err
-	} else if d > 0 {
-		requeue(d)
-	}
-	if adoptErr != nil {
-		return 0, adoptErr
-	}
-	if d, err := c.expire(ctx, f, st, now); err != nil {
-		return 0, err
-	} else if d > 0 {
-		requeue(d)
-	}
-	return after, nil
+	return retry
 }
 
 // create queues missing members for the provisioners, lowest index
