@@ -217,6 +217,18 @@ func DefaultDataDir() string {
 // Validate checks the options without touching anything.
 func (o *Options) Validate() error {
 	var errs []string
+	for _, validate := range []func() []string{o.validateServing, o.validatePlanes, o.validateObservability,
+		o.validateWebhooks, o.validateDatastore} {
+		errs = append(errs, validate()...)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validateServing checks where and how the server serves.
+func (o *Options) validateServing() (errs []string) {
 	if o.DataDir == "" {
 		errs = append(errs, "--data-dir must not be empty")
 	}
@@ -225,6 +237,16 @@ func (o *Options) Validate() error {
 	}
 	if o.HTTPSPort < 0 || o.HTTPSPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--https-port %d is out of range", o.HTTPSPort))
+	}
+	for _, san := range o.TLSSANs {
+		if strings.TrimSpace(san) == "" || strings.ContainsAny(san, " /") {
+			errs = append(errs, fmt.Sprintf("--tls-san %q is neither a host name nor an IP address", san))
+		}
+	}
+	if o.AdminToken != "" {
+		if err := credentials.ValidateAdminToken(o.AdminToken); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if _, _, err := net.ParseCIDR(o.ServiceCIDR); err != nil {
 		errs = append(errs, fmt.Sprintf("--service-cidr %q: %v", o.ServiceCIDR, err))
@@ -235,9 +257,12 @@ func (o *Options) Validate() error {
 	if o.ServiceRepairInterval < 0 {
 		errs = append(errs, fmt.Sprintf("--service-repair-interval %s must not be negative", o.ServiceRepairInterval))
 	}
-	if o.CompactionInterval < 0 {
-		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
-	}
+	return errs
+}
+
+// validatePlanes checks what every plane gets: its API, bootstrap,
+// limits, fair share and simulation.
+func (o *Options) validatePlanes() (errs []string) {
 	if o.PlaneFairnessCPUs < 0 {
 		errs = append(errs, fmt.Sprintf("--plane-fairness-cpus %d must not be negative", o.PlaneFairnessCPUs))
 	}
@@ -259,11 +284,15 @@ func (o *Options) Validate() error {
 	if _, err := bootstrap.ParsePolicy(o.PlaneBootstrap); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if o.AdminToken != "" {
-		if err := credentials.ValidateAdminToken(o.AdminToken); err != nil {
-			errs = append(errs, err.Error())
-		}
+	if _, err := o.simulationOptions(); err != nil {
+		errs = append(errs, err.Error())
 	}
+	return errs
+}
+
+// validateObservability checks the metrics, snapshot streams, audit and
+// logs.
+func (o *Options) validateObservability() (errs []string) {
 	if o.MetricsTopPlanes < 1 {
 		errs = append(errs, fmt.Sprintf("--metrics-top-planes %d: want at least 1", o.MetricsTopPlanes))
 	}
@@ -285,12 +314,14 @@ func (o *Options) Validate() error {
 	if _, err := audit.ParseLevel(o.AuditLevel); err != nil {
 		errs = append(errs, "--audit-level: "+err.Error())
 	}
-	if _, err := o.simulationOptions(); err != nil {
-		errs = append(errs, err.Error())
-	}
 	if _, err := logging.NewFormatter(o.LogFormat); err != nil {
 		errs = append(errs, err.Error())
 	}
+	return errs
+}
+
+// validateWebhooks checks the planes' admission webhooks' egress.
+func (o *Options) validateWebhooks() (errs []string) {
 	if _, err := webhooks.ParsePrefixes(o.WebhookEgressAllowCIDRs); err != nil {
 		errs = append(errs, "--webhook-egress-allow-cidrs: "+err.Error())
 	}
@@ -300,6 +331,15 @@ func (o *Options) Validate() error {
 	if o.WebhookMaxInFlightPerPlane < 0 {
 		errs = append(errs, "--webhook-max-in-flight-per-plane must not be negative (0: no bound)")
 	}
+	return errs
+}
+
+// validateDatastore checks the datastore, and the join or cluster flags
+// that only make sense with its kind.
+func (o *Options) validateDatastore() (errs []string) {
+	if o.CompactionInterval < 0 {
+		errs = append(errs, fmt.Sprintf("--etcd-compaction-interval %s must not be negative", o.CompactionInterval))
+	}
 	if _, err := datastore.KindOf(o.DatastoreEndpoint); err != nil {
 		errs = append(errs, err.Error())
 	} else if err := o.validateJoin(); err != nil {
@@ -307,15 +347,7 @@ func (o *Options) Validate() error {
 	} else if err := o.validateCluster(); err != nil {
 		errs = append(errs, err.Error())
 	}
-	for _, san := range o.TLSSANs {
-		if strings.TrimSpace(san) == "" || strings.ContainsAny(san, " /") {
-			errs = append(errs, fmt.Sprintf("--tls-san %q is neither a host name nor an IP address", san))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return nil
+	return errs
 }
 
 // maxLimit bounds the flags' rates and watch counts (as the CRD bounds
