@@ -233,10 +233,50 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			return nil, err
 		}
 	}
+	apiConfig := c.apiserverConfig(store)
+	membersClient, err := c.serveMembers(apiConfig, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	var deleter *datastore.Deleter
+	closeAll := func() {
+		if membersClient != nil {
+			membersClient.Close()
+		}
+		if deleter != nil {
+			deleter.Close()
+		}
+		store.Close()
+	}
+	if deleter, err = store.NewDeleter(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("datastore %s: %w", store.Description, err)
+	}
+	if deleter != nil {
+		apiConfig.DeleteRecords = deleteRecords(deleter)
+	}
+	completed, err := apiConfig.Complete(ctx)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	api, err := completed.New()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return &Server{config: c, datastore: store, api: api, membersClient: membersClient, deleter: deleter}, nil
+}
+
+// apiserverConfig is the multi-plane apiserver's configuration from the
+// options (validated: their parse errors were reported then) and the
+// datastore.
+func (c CompletedConfig) apiserverConfig(store *datastore.Datastore) *apiserver.Config {
 	policy, _ := bootstrap.ParsePolicy(c.Options.PlaneBootstrap)
 	profile, _ := apiserver.ParseProfile(c.Options.Profile)
 	sim, _ := c.Options.simulationOptions()
-	apiConfig := &apiserver.Config{
+	return &apiserver.Config{
 		BindAddress:       c.BindAddress,
 		Port:              c.Options.HTTPSPort,
 		ExternalURL:       c.ServiceAccountIssuer,
@@ -292,39 +332,6 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			Datastore: append([]string{c.Options.DatastoreEndpoint}, store.Endpoints...),
 		},
 	}
-	membersClient, err := c.serveMembers(apiConfig, store)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	var deleter *datastore.Deleter
-	closeAll := func() {
-		if membersClient != nil {
-			membersClient.Close()
-		}
-		if deleter != nil {
-			deleter.Close()
-		}
-		store.Close()
-	}
-	if deleter, err = store.NewDeleter(); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("datastore %s: %w", store.Description, err)
-	}
-	if deleter != nil {
-		apiConfig.DeleteRecords = deleteRecords(deleter)
-	}
-	completed, err := apiConfig.Complete(ctx)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	api, err := completed.New()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	return &Server{config: c, datastore: store, api: api, membersClient: membersClient, deleter: deleter}, nil
 }
 
 // inProcessClients makes clients of store when it runs in the process.
