@@ -37,12 +37,19 @@ func TestMain(m *testing.M) {
 	shared = s
 	code := m.Run()
 	if code != 0 {
+		// One failing client can fill the tail with the same line; the
+		// server's warnings and errors, each once, say what happened.
+		fmt.Fprintln(os.Stderr, "--- shared server's warnings and errors, each message once ---")
+		fmt.Fprintln(os.Stderr, framework.DistinctProblems(s.Log(), 20000))
 		fmt.Fprintln(os.Stderr, "--- shared server log (tail) ---")
 		log := s.Log()
 		if len(log) > 20000 {
 			log = log[len(log)-20000:]
 		}
 		fmt.Fprintln(os.Stderr, log)
+		s.Stop()
+		fmt.Fprintln(os.Stderr, "the shared server's data dir and log are kept in", s.DataDir)
+		os.Exit(code)
 	}
 	s.Cleanup()
 	os.Exit(code)

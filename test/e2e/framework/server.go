@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -487,4 +488,39 @@ func anyFreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// problemLine matches a server log line at level warning or above and
+// captures its message.
+var problemLine = regexp.MustCompile(`level=(?:warning|error|fatal|panic) msg="((?:[^"\\]|\\.)*)"`)
+
+// DistinctProblems returns the warning and error lines of a server log,
+// the first of each message only, followed by how often it came, at most
+// limit bytes.
+func DistinctProblems(log string, limit int) string {
+	seen := map[string]int{}
+	var order []string
+	for _, line := range strings.Split(log, "\n") {
+		m := problemLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if seen[m[1]] == 0 {
+			order = append(order, line)
+		}
+		seen[m[1]]++
+	}
+	var b strings.Builder
+	for i, line := range order {
+		entry := line
+		if n := seen[problemLine.FindStringSubmatch(line)[1]]; n > 1 {
+			entry = fmt.Sprintf("%s (%d times)", line, n)
+		}
+		if b.Len()+len(entry) > limit {
+			fmt.Fprintf(&b, "... (%d more distinct messages)\n", len(order)-i)
+			break
+		}
+		b.WriteString(entry + "\n")
+	}
+	return b.String()
 }
