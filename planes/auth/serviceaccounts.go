@@ -73,12 +73,20 @@ func (s *ServiceAccountTokens) AuthenticateToken(ctx context.Context, token stri
 // tokenGetter reads the objects a token names from the plane of ctx.
 type tokenGetter struct{ regs ServiceAccountRegistries }
 
+// get reads name from the watch cache, and from the datastore when the
+// cache does not hold it: a token minted for a service account created a
+// moment ago is valid before the cache has caught up (clients create one
+// and use its token at once), as upstream's getter falls back from its
+// informers to a live read.
 func get[T runtime.Object](ctx context.Context, g rest.Getter, resource, name string, out T) (T, error) {
 	var zero T
 	if g == nil {
 		return zero, apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
 	}
 	obj, err := g.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"})
+	if apierrors.IsNotFound(err) {
+		obj, err = g.Get(ctx, name, &metav1.GetOptions{})
+	}
 	if err != nil {
 		return zero, err
 	}
