@@ -39,10 +39,10 @@ func TestMain(m *testing.M) {
 	if code != 0 {
 		// One failing client can fill the tail with the same line; the
 		// server's warnings and errors, each once, say what happened.
-		fmt.Fprintln(os.Stderr, "--- shared server's warnings and errors, each message once ---")
-		fmt.Fprintln(os.Stderr, framework.DistinctProblems(s.Log(), 20000))
-		fmt.Fprintln(os.Stderr, "--- shared server log (tail) ---")
 		log := s.Log()
+		fmt.Fprintln(os.Stderr, "--- shared server's warnings and errors, each message once ---")
+		fmt.Fprintln(os.Stderr, framework.DistinctProblems(log, 20000))
+		fmt.Fprintln(os.Stderr, "--- shared server log (tail) ---")
 		if len(log) > 20000 {
 			log = log[len(log)-20000:]
 		}

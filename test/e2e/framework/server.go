@@ -498,23 +498,30 @@ var problemLine = regexp.MustCompile(`level=(?:warning|error|fatal|panic) msg="(
 // the first of each message only, followed by how often it came, at most
 // limit bytes.
 func DistinctProblems(log string, limit int) string {
-	seen := map[string]int{}
-	var order []string
+	type problem struct {
+		line  string
+		count int
+	}
+	byMessage := map[string]*problem{}
+	var order []*problem
 	for _, line := range strings.Split(log, "\n") {
 		m := problemLine.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
-		if seen[m[1]] == 0 {
-			order = append(order, line)
+		p := byMessage[m[1]]
+		if p == nil {
+			p = &problem{line: line}
+			byMessage[m[1]] = p
+			order = append(order, p)
 		}
-		seen[m[1]]++
+		p.count++
 	}
 	var b strings.Builder
-	for i, line := range order {
-		entry := line
-		if n := seen[problemLine.FindStringSubmatch(line)[1]]; n > 1 {
-			entry = fmt.Sprintf("%s (%d times)", line, n)
+	for i, p := range order {
+		entry := p.line
+		if p.count > 1 {
+			entry = fmt.Sprintf("%s (%d times)", p.line, p.count)
 		}
 		if b.Len()+len(entry) > limit {
 			fmt.Fprintf(&b, "... (%d more distinct messages)\n", len(order)-i)
