@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 
 	"kplane.dev/kplane/datastore/driver"
 )
@@ -45,8 +47,28 @@ func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
 
 // NewClient implements driver.InProcess: etcd's own in-process client,
 // whose calls reach the member as function calls (no TLS, no gRPC, no
-// encoding), as kine's in-process client does.
-func (e *Etcd) NewClient() *clientv3.Client { return v3client.New(e.server.Server) }
+// encoding), as kine's in-process client does. Its watches send their
+// requests through driver.QueueWatchSends: with the client's own watcher, a
+// burst of cancellations stopped every watch of the client for good.
+func (e *Etcd) NewClient() *clientv3.Client {
+	c := v3client.New(e.server.Server)
+	watches := driver.QueueWatchSends(adapter.WatchServerToWatchClient(v3rpc.NewWatchServer(e.server.Server)))
+	c.Watcher = blankContextWatcher{clientv3.NewWatchFromWatchClient(watches, c)}
+	return c
+}
+
+// blankContextWatcher gives the watcher contexts whose String does not
+// read their values, as v3client's own watcher does: tracing data among
+// them changes unsynchronized, and printing it raced.
+type blankContextWatcher struct{ clientv3.Watcher }
+
+func (w blankContextWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	return w.Watcher.Watch(blankContext{ctx}, key, opts...)
+}
+
+type blankContext struct{ context.Context }
+
+func (blankContext) String() string { return "(blankCtx)" }
 
 // Close stops the member and closes its database. etcd logs each of its
 // listeners closing as an error: those lines are dropped.

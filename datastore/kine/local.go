@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"kplane.dev/kplane/datastore/driver"
 )
 
 // NewClient implements driver.InProcess: a client of kine in this process
@@ -22,7 +24,7 @@ import (
 func (api etcdAPI) NewClient() *clientv3.Client {
 	c := clientv3.NewCtxClient(context.Background())
 	c.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(boundedKV{api.kv}), c)
-	c.Watcher = clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(localWatch{api.bridge}), c)
+	c.Watcher = clientv3.NewWatchFromWatchClient(driver.QueueWatchSends(adapter.WatchServerToWatchClient(localWatch{api.bridge})), c)
 	// One second is the lessor's sign to use its default keep-alive
 	// timeout; the apiserver only grants leases, it keeps none alive.
 	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(api.bridge), c, time.Second)
