@@ -54,8 +54,12 @@ type Controllers struct {
 // New builds the controllers; Run starts them.
 func New(config Config) (*Controllers, error) {
 	// Controllers never bring a plane into being: work left for a deleted
-	// plane fails with 404 instead.
+	// plane fails with 404 instead. Nor do they write into a plane what
+	// they decided before its reset: held by the reset, their requests are
+	// refused (409) and they decide again on what the reset made, as the
+	// workload controllers do.
 	client := loopback.Controller(config.Loopback, lifecycle.NoProvisionHeader)
+	client.Wrap(loopback.WithHeader(lifecycle.DecideAfterResetHeader))
 	stores := func(resource string) *planestorage.Store {
 		return config.Storage.Storage(coreResource(resource))
 	}

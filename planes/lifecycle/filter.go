@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,14 @@ const NoProvisionHeader = "X-Kplane-No-Provision"
 // Deployment controller would add a ReplicaSet of the template the reset
 // undid). Refused, they decide again from their informers.
 const DecideAfterResetHeader = "X-Kplane-Decide-After-Reset"
+
+// ResetRevisionHeader on a request names the plane's reset revision
+// (Manager.ResetRevision) its sender decided it after: once the plane has
+// been reset since, the request is refused (409) rather than applied to
+// what the reset made. A reset gives back the template's objects with the
+// uids the deleted copies had, so neither uid preconditions nor a read
+// again tells such a sender that its objects are not the ones it saw.
+const ResetRevisionHeader = "X-Kplane-Reset-Revision"
 
 // probePaths answer for an existing plane without creating one.
 var probePaths = []string{"/readyz", "/livez", "/healthz", "/version"}
@@ -90,6 +99,12 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 			return
 		}
 		defer done()
+		if seen := req.Header.Get(ResetRevisionHeader); seen != "" && seen != strconv.FormatUint(m.ResetRevision(plane), 10) {
+			// Admitted, the request runs before any later reset: the
+			// revision it is checked against holds until it ends.
+			writeError(w, req, serializer, resetting(plane))
+			return
+		}
 		switch {
 		case !exists && req.Header.Get(NoProvisionHeader) != "":
 			writeError(w, req, serializer, notFound(plane))

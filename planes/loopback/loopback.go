@@ -5,6 +5,7 @@
 package loopback
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -36,13 +37,36 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return nil, fmt.Errorf("loopback request %s %s without a plane refused", req.Method, req.URL.Path)
 	}
-	if plane == planes.Root {
-		return r.next.RoundTrip(req)
-	}
 	routed := req.Clone(req.Context())
-	routed.URL.Path = planes.Path(plane) + req.URL.Path
-	routed.URL.RawPath = ""
+	for name, value := range headersFrom(req.Context()) {
+		routed.Header.Set(name, value)
+	}
+	if plane != planes.Root {
+		routed.URL.Path = planes.Path(plane) + req.URL.Path
+		routed.URL.RawPath = ""
+	}
 	return r.next.RoundTrip(routed)
+}
+
+type headersKey struct{}
+
+// WithRequestHeader returns a copy of ctx whose requests through a Routed
+// client carry header name set to value: what a call knows about the
+// plane it addresses (the reset it decided after) goes with the call's
+// context, as the plane does.
+func WithRequestHeader(ctx context.Context, name, value string) context.Context {
+	headers := map[string]string{name: value}
+	for n, v := range headersFrom(ctx) {
+		if n != name {
+			headers[n] = v
+		}
+	}
+	return context.WithValue(ctx, headersKey{}, headers)
+}
+
+func headersFrom(ctx context.Context) map[string]string {
+	headers, _ := ctx.Value(headersKey{}).(map[string]string)
+	return headers
 }
 
 // Controller returns a copy of Routed(config) that sends header (set to

@@ -49,6 +49,15 @@ type Layers interface {
 // every plane is a layer of its own.
 func (r *Registry) SetLayers(l Layers) { r.layers.Store(&l) }
 
+// ResetRevision is the datastore revision at which plane was last reset,
+// as its Layers know it (0: never, or no layers set).
+func (r *Registry) ResetRevision(plane string) uint64 {
+	if l := r.layerSource(); l != nil {
+		return l.ResetRevision(plane)
+	}
+	return 0
+}
+
 func (r *Registry) layerSource() Layers {
 	if r == nil {
 		// A Store made outside a registry: planes made from nothing only.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -110,11 +111,14 @@ func TestPlainPlaneStandsOnBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, framework.DefaultTimeout, "namespace kube-node-lease of "+plane+" deleted", func(ctx context.Context) error {
-		_, err := c.CoreV1().Namespaces().Get(ctx, "kube-node-lease", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		ns, err := c.CoreV1().Namespaces().Get(ctx, "kube-node-lease", metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
+		case err != nil:
+			return err
 		}
-		return err
+		return fmt.Errorf("still %s", ns.Status.Phase)
 	})
 	other := uniquePlane(t, "on-base-other")
 	createPlane(t, s, other, "")

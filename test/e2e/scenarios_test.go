@@ -1196,3 +1196,65 @@ func requestsHeldByResetSeeItsEnd(t *testing.T, resetting, writing *framework.Se
 		}
 	}
 }
+
+// A reset that comes while a namespace the plane inherited is being
+// deleted gives the namespace back whole: Active, with its finalizer and
+// its content. The namespace controller finalizes the deleted copy around
+// the reset; the restored namespace has the same uid, and neither that
+// finalize nor a deletion of content decided before the reset may reach
+// it. Each round releases the content that held the deletion and resets
+// at once, so that the controller's last steps and the reset interleave
+// differently from round to round.
+func TestResetDuringNamespaceDeletion(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	plane := uniquePlane(t, "ns-reset")
+	createPlane(t, s, plane, "")
+	c := s.Client(t, plane)
+	for round := 1; round <= 20; round++ {
+		held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+		if _, err := c.CoreV1().ConfigMaps("kube-node-lease").Create(ctx, held, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := c.CoreV1().Namespaces().Delete(ctx, "kube-node-lease", metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "kube-node-lease waiting for its content", func(ctx context.Context) error {
+			ns, err := c.CoreV1().Namespaces().Get(ctx, "kube-node-lease", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range ns.Status.Conditions {
+				if cond.Type == corev1.NamespaceContentRemaining && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("conditions %v", ns.Status.Conditions)
+		})
+		released := make(chan error, 1)
+		go func() {
+			_, err := c.CoreV1().ConfigMaps("kube-node-lease").Patch(ctx, "held", types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			released <- err
+		}()
+		if code := resetPlane(t, s, plane); code != http.StatusOK {
+			t.Fatalf("round %d: reset: HTTP %d", round, code)
+		}
+		// Released before the reset, or gone with it.
+		if err := <-released; err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("round %d: releasing the content: %v", round, err)
+		}
+		framework.Consistently(t, time.Second, fmt.Sprintf("round %d: kube-node-lease as the template has it", round), func(ctx context.Context) error {
+			ns, err := c.CoreV1().Namespaces().Get(ctx, "kube-node-lease", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if ns.Status.Phase != corev1.NamespaceActive || len(ns.Spec.Finalizers) != 1 || ns.Spec.Finalizers[0] != corev1.FinalizerKubernetes {
+				return fmt.Errorf("phase %s, finalizers %v", ns.Status.Phase, ns.Spec.Finalizers)
+			}
+			_, err = c.CoreV1().ConfigMaps("kube-node-lease").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err
+		})
+	}
+}

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -20,6 +23,7 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/loopback"
 	planestorage "kplane.dev/kplane/planes/storage"
 	"kplane.dev/kplane/planes/workers"
 )
@@ -165,9 +169,33 @@ func (c *Controller) syncKey(ctx context.Context, key Key) error {
 
 func (c *Controller) sync(ctx context.Context, key Key) error {
 	ctx = planes.WithPlane(ctx, key.Plane)
-	deleter := deletion.NewNamespacedResourcesDeleter(ctx, c.namespaces.CoreV1().Namespaces(), c.metadata,
+	// What this pass deletes is decided on the plane as it is now: a reset
+	// meanwhile gives back the template's namespace and content, which the
+	// pass's later requests must not reach.
+	ctx = loopback.WithRequestHeader(ctx, lifecycle.ResetRevisionHeader, strconv.FormatUint(c.config.Storage.ResetRevision(key.Plane), 10))
+	deleter := deletion.NewNamespacedResourcesDeleter(ctx, terminatingOnly{c.namespaces.CoreV1().Namespaces()}, c.metadata,
 		c.namespaces.CoreV1(), c.discoverer(ctx, key), v1.FinalizerKubernetes)
 	return deleter.Delete(ctx, key.Name)
+}
+
+// terminatingOnly finalizes a namespace only while it is terminating.
+// When its finalize conflicts, upstream's deleter reads the namespace again
+// and finalizes it if its uid is the same, terminating or not: on a cluster
+// a namespace never stops terminating. In a plane a reset does that: it
+// gives back the template's namespace, with the same uid, in place of the
+// deleted copy, and a finalize the deleter sent meanwhile would strip the
+// restored namespace of its finalizer (its content then goes unchecked at
+// its next deletion). The terminating namespace being gone, the deleter is
+// told so: NotFound, which it takes for "finalized already".
+type terminatingOnly struct {
+	corev1client.NamespaceInterface
+}
+
+func (n terminatingOnly) Finalize(ctx context.Context, ns *v1.Namespace, opts metav1.UpdateOptions) (*v1.Namespace, error) {
+	if ns.DeletionTimestamp == nil {
+		return nil, apierrors.NewNotFound(v1.Resource("namespaces"), ns.Name)
+	}
+	return n.NamespaceInterface.Finalize(ctx, ns, opts)
 }
 
 // discoverer returns the deletable namespaced resources of the plane, as
