@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/loopback"
 )
 
 // NoProvisionHeader on a request makes an unknown plane answer 404 instead
@@ -37,6 +39,14 @@ const DecideAfterResetHeader = "X-Kplane-Decide-After-Reset"
 // uids the deleted copies had, so neither uid preconditions nor a read
 // again tells such a sender that its objects are not the ones it saw.
 const ResetRevisionHeader = "X-Kplane-Reset-Revision"
+
+// WithResetRevision returns a copy of ctx whose requests through a routed
+// loopback client carry rev, the plane's reset revision
+// (Manager.ResetRevision) that what they do was decided after: once the
+// plane is reset, they are refused (ResetRevisionHeader).
+func WithResetRevision(ctx context.Context, rev uint64) context.Context {
+	return loopback.WithRequestHeader(ctx, ResetRevisionHeader, strconv.FormatUint(rev, 10))
+}
 
 // probePaths answer for an existing plane without creating one.
 var probePaths = []string{"/readyz", "/livez", "/healthz", "/version"}

@@ -1258,3 +1258,48 @@ func TestResetDuringNamespaceDeletion(t *testing.T) {
 		})
 	}
 }
+
+// A reset that comes while the garbage collector deletes the dependents
+// of an owner the member deleted gives back owner and dependents: the
+// collector's deletion, decided before the reset, may not reach the
+// restored dependents, which have the uids and resourceVersions it names.
+// Each round deletes the owner and resets at once.
+func TestResetDuringGarbageCollection(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl, member := uniquePlane(t, "gcr-tmpl"), uniquePlane(t, "gcr-member")
+	createPlane(t, s, tmpl, "")
+	ct := s.Client(t, tmpl)
+	owner, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	names := []string{"owner"}
+	for i := range 5 {
+		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%d", i), OwnerReferences: []metav1.OwnerReference{ref}}}
+		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, dep.Name)
+	}
+	createPlane(t, s, member, tmpl)
+	cms := s.Client(t, member).CoreV1().ConfigMaps("default")
+	for round := 1; round <= 20; round++ {
+		if err := cms.Delete(ctx, "owner", metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if code := resetPlane(t, s, member); code != http.StatusOK {
+			t.Fatalf("round %d: reset: HTTP %d", round, code)
+		}
+		framework.Consistently(t, time.Second, fmt.Sprintf("round %d: owner and dependents as the template has them", round), func(ctx context.Context) error {
+			for _, name := range names {
+				if _, err := cms.Get(ctx, name, metav1.GetOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}

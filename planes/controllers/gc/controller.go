@@ -189,7 +189,10 @@ func (c *Collector) Run(ctx context.Context) {
 
 // syncTask runs one task; an object or plane that is gone is done with.
 func (c *Collector) syncTask(ctx context.Context, t task) error {
-	pctx := planes.WithPlane(ctx, t.plane)
+	// Decided on the plane as it is now: a reset meanwhile gives back the
+	// template's objects with the uids and resourceVersions the task's
+	// preconditions name, and the task's requests must not reach them.
+	pctx := lifecycle.WithResetRevision(planes.WithPlane(ctx, t.plane), c.config.Storage.ResetRevision(t.plane))
 	var err error
 	switch t.op {
 	case attempt:

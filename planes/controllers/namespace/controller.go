@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,7 +22,6 @@ import (
 
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
-	"kplane.dev/kplane/planes/loopback"
 	planestorage "kplane.dev/kplane/planes/storage"
 	"kplane.dev/kplane/planes/workers"
 )
@@ -172,7 +170,7 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	// What this pass deletes is decided on the plane as it is now: a reset
 	// meanwhile gives back the template's namespace and content, which the
 	// pass's later requests must not reach.
-	ctx = loopback.WithRequestHeader(ctx, lifecycle.ResetRevisionHeader, strconv.FormatUint(c.config.Storage.ResetRevision(key.Plane), 10))
+	ctx = lifecycle.WithResetRevision(ctx, c.config.Storage.ResetRevision(key.Plane))
 	deleter := deletion.NewNamespacedResourcesDeleter(ctx, terminatingOnly{c.namespaces.CoreV1().Namespaces()}, c.metadata,
 		c.namespaces.CoreV1(), c.discoverer(ctx, key), v1.FinalizerKubernetes)
 	return deleter.Delete(ctx, key.Name)
