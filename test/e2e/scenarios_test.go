@@ -860,18 +860,7 @@ func TestTemplateGarbageCollection(t *testing.T) {
 	ctx := context.Background()
 	tmpl, a, b := uniquePlane(t, "gc-tmpl"), uniquePlane(t, "gc-a"), uniquePlane(t, "gc-b")
 	createPlane(t, s, tmpl, "")
-	ct := s.Client(t, tmpl)
-	owner, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
-	for _, name := range []string{"dep-1", "dep-2"} {
-		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{ref}}}
-		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ownerWithDependents(t, s.Client(t, tmpl), 2)
 	createPlane(t, s, a, tmpl)
 	createPlane(t, s, b, tmpl)
 	ca := s.Client(t, a)
@@ -879,7 +868,7 @@ func TestTemplateGarbageCollection(t *testing.T) {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, framework.DefaultTimeout, "inherited dependents collected in "+a, func(ctx context.Context) error {
-		for _, name := range []string{"dep-1", "dep-2"} {
+		for _, name := range []string{"dep-0", "dep-1"} {
 			if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s: %v", name, err)
 			}
@@ -887,7 +876,7 @@ func TestTemplateGarbageCollection(t *testing.T) {
 		return nil
 	})
 	for _, plane := range []string{tmpl, b} {
-		for _, name := range []string{"owner", "dep-1", "dep-2"} {
+		for _, name := range []string{"owner", "dep-0", "dep-1"} {
 			if _, err := s.Client(t, plane).CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
 				t.Fatalf("%s lost %s when %s deleted its owner: %v", plane, name, a, err)
 			}
@@ -1270,20 +1259,7 @@ func TestResetDuringGarbageCollection(t *testing.T) {
 	ctx := context.Background()
 	tmpl, member := uniquePlane(t, "gcr-tmpl"), uniquePlane(t, "gcr-member")
 	createPlane(t, s, tmpl, "")
-	ct := s.Client(t, tmpl)
-	owner, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
-	names := []string{"owner"}
-	for i := range 5 {
-		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%d", i), OwnerReferences: []metav1.OwnerReference{ref}}}
-		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, dep.Name)
-	}
+	names := append([]string{"owner"}, ownerWithDependents(t, s.Client(t, tmpl), 5)...)
 	createPlane(t, s, member, tmpl)
 	cms := s.Client(t, member).CoreV1().ConfigMaps("default")
 	for round := 1; round <= 20; round++ {
@@ -1302,4 +1278,25 @@ func TestResetDuringGarbageCollection(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// ownerWithDependents creates ConfigMap owner in namespace default of c's
+// plane and n ConfigMaps it owns (dep-0, ...), and returns their names.
+func ownerWithDependents(t *testing.T, c kubernetes.Interface, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	owner, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	var names []string
+	for i := range n {
+		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dep-%d", i), OwnerReferences: []metav1.OwnerReference{ref}}}
+		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, dep.Name)
+	}
+	return names
 }
