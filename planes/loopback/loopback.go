@@ -37,8 +37,12 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return nil, fmt.Errorf("loopback request %s %s without a plane refused", req.Method, req.URL.Path)
 	}
+	headers := headersFrom(req.Context())
+	if plane == planes.Root && len(headers) == 0 {
+		return r.next.RoundTrip(req)
+	}
 	routed := req.Clone(req.Context())
-	for name, value := range headersFrom(req.Context()) {
+	for name, value := range headers {
 		routed.Header.Set(name, value)
 	}
 	if plane != planes.Root {

@@ -8,13 +8,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -171,29 +169,9 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	// meanwhile gives back the template's namespace and content, which the
 	// pass's later requests must not reach.
 	ctx = lifecycle.WithResetRevision(ctx, c.config.Storage.ResetRevision(key.Plane))
-	deleter := deletion.NewNamespacedResourcesDeleter(ctx, terminatingOnly{c.namespaces.CoreV1().Namespaces()}, c.metadata,
+	deleter := deletion.NewNamespacedResourcesDeleter(ctx, c.namespaces.CoreV1().Namespaces(), c.metadata,
 		c.namespaces.CoreV1(), c.discoverer(ctx, key), v1.FinalizerKubernetes)
 	return deleter.Delete(ctx, key.Name)
-}
-
-// terminatingOnly finalizes a namespace only while it is terminating.
-// When its finalize conflicts, upstream's deleter reads the namespace again
-// and finalizes it if its uid is the same, terminating or not: on a cluster
-// a namespace never stops terminating. In a plane a reset does that: it
-// gives back the template's namespace, with the same uid, in place of the
-// deleted copy, and a finalize the deleter sent meanwhile would strip the
-// restored namespace of its finalizer (its content then goes unchecked at
-// its next deletion). The terminating namespace being gone, the deleter is
-// told so: NotFound, which it takes for "finalized already".
-type terminatingOnly struct {
-	corev1client.NamespaceInterface
-}
-
-func (n terminatingOnly) Finalize(ctx context.Context, ns *v1.Namespace, opts metav1.UpdateOptions) (*v1.Namespace, error) {
-	if ns.DeletionTimestamp == nil {
-		return nil, apierrors.NewNotFound(v1.Resource("namespaces"), ns.Name)
-	}
-	return n.NamespaceInterface.Finalize(ctx, ns, opts)
 }
 
 // discoverer returns the deletable namespaced resources of the plane, as
