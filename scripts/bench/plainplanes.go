@@ -75,6 +75,7 @@ func plainPlanesScenario(binary string, p plainPlanesParams) (Result, error) {
 			"base_*: the default server, where a plane made from nothing stands on the base plane; copy_*: --plane-base=false, every plane writes its own copy of the bootstrap (the earlier way); old_base_*: --old-binary's default server, measured the same way; the two binaries' base servers take turns going first over the rounds (--rounds), each figure the median of its rounds (_min, _max: its extremes, with more than one round).",
 			"create_to_served: POST the Plane in root, then GET namespace default in the plane until it answers (a request to a plane still being provisioned waits for it).",
 			"revisions_per_plane: datastore revisions (one per record written) while the planes were made, divided by planes; the Plane object and its status included.",
+			"server_cpu_ms_per_plane, client_cpu_ms_per_plane: user and system CPU of the server process and of this bench process (its clients) while the planes were made, divided by planes; the two share the machine's cores, so planes_per_second is bound by their sum.",
 		},
 	}, nil
 }
@@ -116,9 +117,25 @@ func plainPlanes(binary string, p plainPlanesParams, flag, prefix, label string,
 			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "plain-planes-"+strings.Trim(label, "_")+"-cpu.pprof"), 5*time.Second)
 		}()
 	}
+	serverBefore, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	clientBefore, err := selfCPUSeconds()
+	if err != nil {
+		return err
+	}
 	served, took, err := forEach(names, p.Workers, func(ctx context.Context, name string) error {
 		return createAndServe(ctx, s, root, name)
 	})
+	if err != nil {
+		return err
+	}
+	clientAfter, err := selfCPUSeconds()
+	if err != nil {
+		return err
+	}
+	serverAfter, err := s.cpuSeconds()
 	if err != nil {
 		return err
 	}
@@ -146,12 +163,15 @@ func plainPlanes(binary string, p plainPlanesParams, flag, prefix, label string,
 	figures[prefix+"create_to_served_p99_ms"] = ms(percentile(served, 0.99))
 	figures[prefix+"planes_per_second"] = n / took.Seconds()
 	figures[prefix+"revisions_per_plane"] = (r1 - r0) / n
+	figures[prefix+"server_cpu_ms_per_plane"] = (serverAfter - serverBefore) * 1000 / n
+	figures[prefix+"client_cpu_ms_per_plane"] = (clientAfter - clientBefore) * 1000 / n
 	figures[prefix+"marginal_rss_kib_per_plane"] = (m1.rss - m0.rss) / 1024 / n
 	figures[prefix+"marginal_heap_kib_per_plane"] = (m1.liveHeap - m0.liveHeap) / 1024 / n
 	figures[prefix+"rss_mib_above_start"] = (m1.rss - m0.rss) / (1 << 20)
-	fmt.Printf("   plain-planes %s: %d planes, create to served p50 %.1f ms p99 %.1f ms, %.0f planes/s, %.1f revisions and %.0f KiB RSS each\n",
+	fmt.Printf("   plain-planes %s: %d planes, create to served p50 %.1f ms p99 %.1f ms, %.0f planes/s, %.1f revisions, %.0f KiB RSS, %.2f ms of server and %.2f of client CPU each\n",
 		flag, p.Planes, figures[prefix+"create_to_served_p50_ms"], figures[prefix+"create_to_served_p99_ms"],
-		figures[prefix+"planes_per_second"], figures[prefix+"revisions_per_plane"], figures[prefix+"marginal_rss_kib_per_plane"])
+		figures[prefix+"planes_per_second"], figures[prefix+"revisions_per_plane"], figures[prefix+"marginal_rss_kib_per_plane"],
+		figures[prefix+"server_cpu_ms_per_plane"], figures[prefix+"client_cpu_ms_per_plane"])
 	return nil
 }
 

@@ -181,6 +181,16 @@ func (s *server) metric(name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not found", name)
 }
 
+// selfCPUSeconds is the CPU time (user and system) this bench process has
+// used so far: its clients share the machine's cores with the server.
+func selfCPUSeconds() (float64, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("reading the bench's own CPU time: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), nil
+}
+
 // cpuSeconds is the CPU time (user and system) the server has used so far.
 // A rollout's wall time on a busy 2-core machine moves by 10 % from run to
 // run; the CPU the server spent on it is what a change of the server moves.
