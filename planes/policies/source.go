@@ -79,6 +79,9 @@ func newHookSource[P, B runtime.Object, E any](registry *planestorage.Registry, 
 // Hooks returns the hooks of plane: none, after one read of the cache, for
 // a plane without bindings.
 func (s *hookSource[P, B, E]) Hooks(ctx context.Context, plane string) ([]generic.PolicyHook[P, B, E], error) {
+	if !s.registry.MayHold(plane, s.bindings.GroupResource()) {
+		return nil, nil
+	}
 	bindings, err := newPlaneObjects(s.registry, plane, s.bindings).cached.List(labels.Everything())
 	if err != nil {
 		return nil, err

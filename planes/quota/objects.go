@@ -29,6 +29,9 @@ type Objects struct {
 
 // ListQuotas returns copies of the quotas of a plane's namespace.
 func (o Objects) ListQuotas(ctx context.Context, plane, namespace string) ([]corev1.ResourceQuota, error) {
+	if !o.Registry.MayHold(plane, resourceQuotas) {
+		return nil, nil
+	}
 	var out []corev1.ResourceQuota
 	err := o.each(ctx, resourceQuotas, plane, namespace, fromCache, func(obj runtime.Object) error {
 		internal, ok := obj.(*api.ResourceQuota)
@@ -51,6 +54,8 @@ func (o Objects) ListLimitRanges(ctx context.Context, plane, namespace string, l
 	opts := fromCache
 	if live {
 		opts = storage.ListOptions{Recursive: true, Predicate: storage.Everything}
+	} else if !o.Registry.MayHold(plane, limitRanges) {
+		return nil, nil
 	}
 	var out []*corev1.LimitRange
 	err := o.each(ctx, limitRanges, plane, namespace, opts, func(obj runtime.Object) error {

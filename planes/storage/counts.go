@@ -34,12 +34,16 @@ type Usage struct {
 // its bytes but not as an object: deleting never raises the object count
 // a plane's limits are checked against.
 type Counts struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	per   map[*Store]map[string]*Usage
 	sizes map[*Store]map[types.UID]int64
 	// tombs are the uids whose record is a tombstone, few next to sizes.
 	tombs map[*Store]map[types.UID]struct{}
-	seen  map[*Store]*progress
+	// records are the records (objects and tombstones) of each plane,
+	// never forgotten with a plane: a deleted plane's events that come
+	// late take its records off, not those of a new plane of the same name.
+	records map[*Store]map[string]int
+	seen    map[*Store]*progress
 }
 
 // progress is the newest revision of a store whose events are counted,
@@ -58,7 +62,21 @@ type waiter struct {
 // NewCounts returns empty counts.
 func NewCounts() *Counts {
 	return &Counts{per: map[*Store]map[string]*Usage{}, sizes: map[*Store]map[types.UID]int64{},
-		tombs: map[*Store]map[types.UID]struct{}{}, seen: map[*Store]*progress{}}
+		tombs: map[*Store]map[types.UID]struct{}{}, records: map[*Store]map[string]int{}, seen: map[*Store]*progress{}}
+}
+
+// Holds reports whether plane has a record of s: false only once s is
+// counted and none of its records is plane's. What asks (admission that
+// would list a plane's quotas, limit ranges, webhook configurations or
+// policy bindings on every request) knows as soon as the watch cache's
+// watchers do.
+func (c *Counts) Holds(s *Store, plane string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if p := c.seen[s]; p == nil || p.rv == 0 {
+		return true
+	}
+	return c.records[s][plane] > 0
 }
 
 // Plane returns the number of objects plane holds.
@@ -71,13 +89,13 @@ func (c *Counts) Usage(plane string) Usage {
 		usage Usage
 	}
 	var found []held
-	c.mu.Lock()
+	c.mu.RLock()
 	for s, planes := range c.per {
 		if p := planes[plane]; p != nil {
 			found = append(found, held{s, *p})
 		}
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	// Asked outside the lock: which content serves a plane is the CRD
 	// index's to say, and the counting goroutines must not wait on it
 	// (a watcher that falls behind is closed by the cacher).
@@ -130,8 +148,8 @@ func (c *Counts) progressLocked(s *Store) *progress {
 // Counted reports whether every one of stores has been counted once: until
 // then a plane's usage is not known (after a start, or a new resource).
 func (c *Counts) Counted(stores []*Store) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	for _, s := range stores {
 		if p := c.seen[s]; p == nil || p.rv == 0 {
 			return false
@@ -207,6 +225,7 @@ func (c *Counts) drop(s *Store) {
 	delete(c.per, s)
 	delete(c.sizes, s)
 	delete(c.tombs, s)
+	delete(c.records, s)
 	if p := c.seen[s]; p != nil {
 		for _, w := range p.waiters {
 			due = append(due, w.counted)
@@ -227,8 +246,10 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	counts := map[string]*Usage{}
 	sizes := map[types.UID]int64{}
 	tombs := map[types.UID]struct{}{}
+	records := map[string]int{}
 	_ = meta.EachListItem(list, func(obj runtime.Object) error {
 		plane := planes.OfObject(obj)
+		records[plane]++
 		u := counts[plane]
 		if u == nil {
 			u = &Usage{}
@@ -256,6 +277,7 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	c.per[s] = counts
 	c.sizes[s] = sizes
 	c.tombs[s] = tombs
+	c.records[s] = records
 	due := c.advanceLocked(s, rv)
 	c.mu.Unlock()
 	callAll(due)
@@ -307,6 +329,7 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 		c.per[s] = map[string]*Usage{}
 		c.sizes[s] = map[types.UID]int64{}
 		c.tombs[s] = map[types.UID]struct{}{}
+		c.records[s] = map[string]int{}
 	}
 	u := c.per[s][plane]
 	if u == nil {
@@ -316,6 +339,7 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 	old, known := c.sizes[s][uid]
 	_, wasTomb := c.tombs[s][uid]
 	counted := known && !wasTomb
+	c.countRecordLocked(s, plane, ev.Type, known)
 	switch ev.Type {
 	case watch.Added, watch.Modified:
 		if !counted && !tomb {
@@ -342,6 +366,24 @@ func (c *Counts) count(s *Store, ev watch.Event) {
 		delete(c.per[s], plane)
 	}
 	due = c.advanceLocked(s, rv)
+}
+
+// countRecordLocked applies an event to plane's records of s: a record is
+// new when its uid is not known, and gone when a known uid is deleted.
+func (c *Counts) countRecordLocked(s *Store, plane string, event watch.EventType, known bool) {
+	records := c.records[s]
+	if records == nil {
+		records = map[string]int{}
+		c.records[s] = records
+	}
+	switch {
+	case event != watch.Deleted && !known:
+		records[plane]++
+	case event == watch.Deleted && known:
+		if records[plane]--; records[plane] <= 0 {
+			delete(records, plane)
+		}
+	}
 }
 
 func uidOf(obj runtime.Object) types.UID {

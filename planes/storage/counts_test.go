@@ -158,3 +158,45 @@ func TestCountsTombstonesAreNotObjects(t *testing.T) {
 		t.Fatalf("tombstones kept after their records went: %v", c.tombs[s])
 	}
 }
+
+// TestCountsHolds: a plane holds a resource while it has a record of it,
+// a tombstone included; a store not yet counted holds everything; the
+// late deletes of a forgotten plane's records do not make a new plane of
+// the same name look empty.
+func TestCountsHolds(t *testing.T) {
+	c := NewCounts()
+	s := &Store{}
+	if !c.Holds(s, "a") {
+		t.Fatal("a store not counted yet answered that plane a holds nothing")
+	}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 2, "x")})
+	if !c.Holds(s, "a") || c.Holds(s, "b") {
+		t.Fatalf("after a's create: a %v, b %v", c.Holds(s, "a"), c.Holds(s, "b"))
+	}
+	tomb := counted("a", "one", 3, "x")
+	if err := setLayerState(tomb, LayerDeleted); err != nil {
+		t.Fatal(err)
+	}
+	c.count(s, watch.Event{Type: watch.Modified, Object: tomb})
+	if !c.Holds(s, "a") {
+		t.Fatal("a plane whose only record is a tombstone holds nothing")
+	}
+	c.count(s, watch.Event{Type: watch.Deleted, Object: tomb})
+	if c.Holds(s, "a") {
+		t.Fatal("plane a holds a record after its last was deleted")
+	}
+
+	// Plane b is deleted and made again; its first incarnation's delete
+	// is counted after the second's create.
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("b", "old", 4, "x")})
+	c.Forget("b")
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("b", "new", 5, "x")})
+	c.count(s, watch.Event{Type: watch.Deleted, Object: counted("b", "old", 6, "x")})
+	if !c.Holds(s, "b") {
+		t.Fatal("a late delete of the forgotten plane b hid the new plane b's record")
+	}
+	c.drop(s)
+	if !c.Holds(s, "c") {
+		t.Fatal("a store no longer followed answered that plane c holds nothing")
+	}
+}

@@ -57,6 +57,9 @@ type Registry struct {
 	guard atomic.Pointer[WriteGuard]
 	// createHooks complete the objects of a resource planes create.
 	createHooks atomic.Pointer[map[schema.GroupResource]CreateHook]
+	// counts say which planes hold records of a resource; set once by the
+	// server.
+	counts atomic.Pointer[Counts]
 	// written is where tracked planes have records of their own.
 	written writtenResources
 	// datastore connects the storages the registry builds.

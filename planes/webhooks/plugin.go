@@ -198,6 +198,10 @@ func (p *Plugin) hooksOf(ctx context.Context, plane string) (*planeHooks, error)
 		// Not served (yet): no plane can hold configurations.
 		return nil, nil
 	}
+	if !p.config.Registry.MayHold(plane, p.kind.resource) {
+		p.drop(plane)
+		return nil, nil
+	}
 	items, err := objects{registry: p.config.Registry, plane: plane}.list(ctx, p.kind.resource, "")
 	if err != nil {
 		return nil, err

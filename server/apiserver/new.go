@@ -234,6 +234,7 @@ func (c CompletedConfig) newPlaneManager(loopbackConfig *rest.Config, boot *boot
 		c.audit.planes.manager.Store(manager)
 	}
 	c.storage.SetLayers(manager)
+	c.storage.SetCounts(counts)
 	c.storage.SetWriteGuard(enforcer)
 	c.storage.SetCreateHook(lifecycle.GVR.GroupResource(), manager.ReadyAtCreate)
 	return manager, enforcer, nil
