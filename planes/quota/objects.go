@@ -29,9 +29,6 @@ type Objects struct {
 
 // ListQuotas returns copies of the quotas of a plane's namespace.
 func (o Objects) ListQuotas(ctx context.Context, plane, namespace string) ([]corev1.ResourceQuota, error) {
-	if !o.Registry.MayHold(plane, resourceQuotas) {
-		return nil, nil
-	}
 	var out []corev1.ResourceQuota
 	err := o.each(ctx, resourceQuotas, plane, namespace, fromCache, func(obj runtime.Object) error {
 		internal, ok := obj.(*api.ResourceQuota)
@@ -54,8 +51,6 @@ func (o Objects) ListLimitRanges(ctx context.Context, plane, namespace string, l
 	opts := fromCache
 	if live {
 		opts = storage.ListOptions{Recursive: true, Predicate: storage.Everything}
-	} else if !o.Registry.MayHold(plane, limitRanges) {
-		return nil, nil
 	}
 	var out []*corev1.LimitRange
 	err := o.each(ctx, limitRanges, plane, namespace, opts, func(obj runtime.Object) error {
@@ -74,6 +69,10 @@ func (o Objects) ListLimitRanges(ctx context.Context, plane, namespace string, l
 }
 
 func (o Objects) each(ctx context.Context, resource schema.GroupResource, plane, namespace string, opts storage.ListOptions, f func(runtime.Object) error) error {
+	if opts.ResourceVersion == fromCache.ResourceVersion && !o.Registry.MayHold(plane, resource) {
+		// Nothing of the plane's in the cache; a live lookup still reads.
+		return nil
+	}
 	s := o.Registry.Storage(resource)
 	if s == nil {
 		return fmt.Errorf("%s are not served yet", resource)

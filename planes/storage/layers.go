@@ -92,6 +92,26 @@ func (r *Registry) chain(plane string) []string {
 // Chain returns plane's templates, nearest first.
 func (r *Registry) Chain(plane string) []string { return r.chain(plane) }
 
+// Members returns the live planes made from plane, and the planes made
+// from those, nearest first: the planes that inherit what plane holds.
+func (r *Registry) Members(plane string) []string {
+	l := r.layerSource()
+	if l == nil {
+		return nil
+	}
+	var out []string
+	next := []string{plane}
+	for depth := 0; len(next) > 0 && depth < maxLayers; depth++ {
+		var deps []string
+		for _, p := range next {
+			deps = append(deps, l.Dependents(p)...)
+		}
+		out = append(out, deps...)
+		next = deps
+	}
+	return out
+}
+
 // writable refuses writes to a plane that is the template of live planes:
 // a change would silently become part of every member.
 func (r *Registry) writable(resource schema.GroupResource, plane string) error {

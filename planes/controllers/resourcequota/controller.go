@@ -129,6 +129,7 @@ func (c *Controller) upsertQuota(obj runtime.Object) {
 	}
 	spec, status, used := external(rq.Spec.Hard), external(rq.Status.Hard), external(rq.Status.Used)
 	ns := namespaceKey{plane: planes.OfObject(obj), namespace: rq.Namespace}
+	chain := c.config.Storage.Chain(ns.plane)
 	c.mu.Lock()
 	byName := c.quotas[ns]
 	if byName == nil {
@@ -136,6 +137,11 @@ func (c *Controller) upsertQuota(obj runtime.Object) {
 		c.quotas[ns] = byName
 	}
 	known, seen := byName[rq.Name]
+	if !seen {
+		// A member's first write of a quota it inherits (admission's
+		// charge, most often) is a write to a quota it already held.
+		known, seen = c.inheritedLocked(chain, rq.Namespace, rq.Name)
+	}
 	byName[rq.Name] = spec
 	c.mu.Unlock()
 	// Upstream's informer handlers: a quota seen for the first time, or
@@ -169,20 +175,45 @@ func (c *Controller) deleteQuota(obj runtime.Object) {
 	}
 }
 
+// inheritedLocked returns the hard limits of the quota name of namespace
+// in the nearest of chain (a plane's templates) that holds one.
+func (c *Controller) inheritedLocked(chain []string, namespace, name string) (corev1.ResourceList, bool) {
+	for _, template := range chain {
+		if hard, ok := c.quotas[namespaceKey{plane: template, namespace: namespace}][name]; ok {
+			return hard, true
+		}
+	}
+	return nil, false
+}
+
 // replenish queues the quotas of obj's namespace that count r (upstream's
-// replenishQuota). A namespace without quotas costs one map lookup.
+// replenishQuota), those its plane inherits from its templates included: a
+// member holds them as a copied plane holds copies. A namespace without
+// quotas costs a map lookup per plane of the chain.
 func (c *Controller) replenish(r schema.GroupResource, obj runtime.Object) {
 	accessor, err := meta.Accessor(obj)
 	if err != nil || accessor.GetNamespace() == "" {
 		return
 	}
-	ns := namespaceKey{plane: planes.OfObject(obj), namespace: accessor.GetNamespace()}
+	plane, namespace := planes.OfObject(obj), accessor.GetNamespace()
+	holders := append([]string{plane}, c.config.Storage.Chain(plane)...)
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	for name, hard := range c.quotas[ns] {
-		if c.counts(r, hard) {
-			c.queue.Add(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
+	for _, holder := range holders {
+		for name, hard := range c.quotas[namespaceKey{plane: holder, namespace: namespace}] {
+			if c.counts(r, hard) {
+				c.queue.Add(Key{Plane: plane, Namespace: namespace, Name: name})
+			}
 		}
+	}
+}
+
+// addWithMembers queues a quota of plane and the same quota of every plane
+// that inherits it.
+func (c *Controller) addWithMembers(key Key) {
+	c.queue.Add(key)
+	for _, member := range c.config.Storage.Members(key.Plane) {
+		c.queue.Add(Key{Plane: member, Namespace: key.Namespace, Name: key.Name})
 	}
 }
 
@@ -210,7 +241,7 @@ func (c *Controller) StoreSynced(r schema.GroupResource) {
 	for ns, byName := range c.quotas {
 		for name, hard := range byName {
 			if c.counts(r, hard) {
-				c.queue.Add(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
+				c.addWithMembers(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
 			}
 		}
 	}
@@ -238,7 +269,7 @@ func (c *Controller) resyncAll() {
 	defer c.mu.RUnlock()
 	for ns, byName := range c.quotas {
 		for name := range byName {
-			c.queue.Add(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
+			c.addWithMembers(Key{Plane: ns.plane, Namespace: ns.namespace, Name: name})
 		}
 	}
 }
