@@ -76,8 +76,8 @@ func newHookSource[P, B runtime.Object, E any](registry *planestorage.Registry, 
 		paramKind: paramKind, compile: compile, resolver: resolver, held: lru.New(maxPlanesHeld), byContent: lru.New(maxContents)}
 }
 
-// Hooks returns the hooks of plane: none, after one read of the cache, for
-// a plane without bindings.
+// Hooks returns the hooks of plane: none for a plane without bindings,
+// after a map lookup when it and its templates hold none at all.
 func (s *hookSource[P, B, E]) Hooks(ctx context.Context, plane string) ([]generic.PolicyHook[P, B, E], error) {
 	if !s.registry.MayHold(plane, s.bindings.GroupResource()) {
 		return nil, nil

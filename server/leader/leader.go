@@ -104,6 +104,7 @@ func (e *Elector) Run(ctx context.Context) {
 		e.runSole(ctx, lock)
 		return
 	}
+	e.waitForNamespace(ctx)
 	for ctx.Err() == nil {
 		e.campaign(ctx, lock)
 	}
@@ -113,6 +114,18 @@ func (e *Elector) Run(ctx context.Context) {
 	e.term.Lock()
 	defer e.term.Unlock()
 	e.release(ctx, lock)
+}
+
+// waitForNamespace returns once the Leases' namespace exists or ctx is
+// done. The first server on a new datastore creates the root plane's
+// kube-system while its elections start; a campaign that finds no
+// namespace tries again only after its retry period (1 to 2.2 s), time
+// enough for a server started after it to take the Lease it was about to.
+func (e *Elector) waitForNamespace(ctx context.Context) {
+	_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := e.config.Client.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{})
+		return err == nil, nil
+	})
 }
 
 // releaseTimeout bounds the release of a Lease at a graceful stop. The
