@@ -51,6 +51,9 @@ type Counts struct {
 type progress struct {
 	rv      uint64
 	waiters []waiter
+	// following: the store's events are being counted as they come (not
+	// between a watch's end and the next count).
+	following bool
 }
 
 // waiter is called once its revision is counted.
@@ -73,7 +76,7 @@ func NewCounts() *Counts {
 func (c *Counts) Holds(s *Store, plane string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if p := c.seen[s]; p == nil || p.rv == 0 {
+	if p := c.seen[s]; p == nil || p.rv == 0 || !p.following {
 		return true
 	}
 	return c.records[s][plane] > 0
@@ -207,6 +210,7 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 		if err == nil {
 			err = c.watch(all, s, rv)
 		}
+		c.setFollowing(s, false)
 		if time.Since(began) > time.Minute {
 			// A watch that ran for long ended (the cacher closes watchers
 			// now and then): start over at once, not at the backoff's
@@ -216,6 +220,17 @@ func (c *Counts) Follow(ctx context.Context, s *Store) {
 		if !sleepCtx(ctx, backoff.Step()) {
 			return
 		}
+	}
+}
+
+// setFollowing records whether s's events are counted as they come: until
+// the next count after a watch ended, Holds answers that any plane may
+// hold s's objects (one created meanwhile is not counted yet).
+func (c *Counts) setFollowing(s *Store, following bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.seen[s]; p != nil {
+		p.following = following
 	}
 }
 
@@ -279,6 +294,7 @@ func (c *Counts) recount(ctx context.Context, s *Store) (string, error) {
 	c.tombs[s] = tombs
 	c.records[s] = records
 	due := c.advanceLocked(s, rv)
+	c.progressLocked(s).following = true
 	c.mu.Unlock()
 	callAll(due)
 	return lm.GetResourceVersion(), nil

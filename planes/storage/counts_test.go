@@ -160,9 +160,9 @@ func TestCountsTombstonesAreNotObjects(t *testing.T) {
 }
 
 // TestCountsHolds: a plane holds a resource while it has a record of it,
-// a tombstone included; a store not yet counted holds everything; the
-// late deletes of a forgotten plane's records do not make a new plane of
-// the same name look empty.
+// a tombstone included; a store not yet counted, or whose watch ended,
+// holds everything; the late deletes of a forgotten plane's records do not
+// make a new plane of the same name look empty.
 func TestCountsHolds(t *testing.T) {
 	c := NewCounts()
 	s := &Store{}
@@ -170,9 +170,19 @@ func TestCountsHolds(t *testing.T) {
 		t.Fatal("a store not counted yet answered that plane a holds nothing")
 	}
 	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 2, "x")})
+	if !c.Holds(s, "b") {
+		t.Fatal("a store not followed yet answered that plane b holds nothing")
+	}
+	// What Follow's first count records.
+	c.setFollowing(s, true)
 	if !c.Holds(s, "a") || c.Holds(s, "b") {
 		t.Fatalf("after a's create: a %v, b %v", c.Holds(s, "a"), c.Holds(s, "b"))
 	}
+	c.setFollowing(s, false)
+	if !c.Holds(s, "b") {
+		t.Fatal("a store whose watch ended answered that plane b holds nothing")
+	}
+	c.setFollowing(s, true)
 	tomb := counted("a", "one", 3, "x")
 	if err := setLayerState(tomb, LayerDeleted); err != nil {
 		t.Fatal(err)
