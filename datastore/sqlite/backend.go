@@ -60,6 +60,7 @@ func newBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (b
 	replaced := dialect.DB
 	dialect.DB = db
 	useSingleKeyReads(dialect)
+	useRangeReads(dialect)
 	// kine closes it again when ctx ends, which database/sql allows.
 	_ = replaced.Close()
 	return false, batchBackend{Backend: backend, dialect: dialect}, nil

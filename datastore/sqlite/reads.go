@@ -36,10 +36,59 @@ func kvColumns(columns string) string {
 	return strings.Join(names, ", ")
 }
 
+// rangeSQL reads the newest record of every key in [key, end) as kine's
+// ListCurrent and GetRevisionAfter statements do: the current and compact
+// revisions first in every row, then the record's columns, in key order,
+// or a single row of NULLs where the range holds no record. kine's
+// statements materialize the range's newest ids, the records, the records
+// again with the fallback row, and sort them in a temporary b-tree before
+// the LIMIT applies, so every page of a list reads the whole rest of the
+// range. Here the outer row is the newest record itself (an integer
+// primary key lookup: at most one row), which lets SQLite walk the name
+// index in key order and stop at the LIMIT; the LEFT JOIN gives the NULL
+// row of an empty range. With 10,038 Planes stored, the first page of the
+// watch cache's list (10,001 records with values) took 55 ms against 183
+// ms in the sqlite3 shell. Parameters as kine's: the range's start and
+// end, the revision (GetRevisionAfter only, as the %s clause "AND id <=
+// ?"), then whether deleted records count.
+const rangeSQL = `
+	SELECT cur.id, (%s), %s
+	FROM kine AS cur LEFT JOIN kine AS kv
+	ON kv.name >= ? AND kv.name < ? AND kv.id = (SELECT MAX(id) FROM kine WHERE name = kv.name %s) AND (kv.deleted = 0 OR ?)
+	WHERE cur.id = (SELECT MAX(id) FROM kine)
+	ORDER BY kv.name ASC`
+
+// countRangeSQL counts what rangeSQL reads without a limit, as kine's
+// CountCurrent (current revision, count) and CountRevision (current and
+// compact revisions, count) statements do: its first %s is empty or the
+// compact revision's column. The same parameters as rangeSQL.
+const countRangeSQL = `
+	SELECT (%s)%s, COUNT(kv.id)
+	FROM kine AS kv
+	WHERE kv.name >= ? AND kv.name < ? AND kv.id = (SELECT MAX(id) FROM kine WHERE name = kv.name %s) AND (kv.deleted = 0 OR ?)`
+
+// atRevision limits a key's records to those at or before a revision.
+const atRevision = "AND id <= ?"
+
 // useSingleKeyReads replaces the dialect's single-key statements.
 func useSingleKeyReads(dialect *generic.Generic) {
 	dialect.GetSingleSQL = query.New(fmt.Sprintf(singleKeySQL, generic.CurrentRevSQL, generic.CompactRevSQL, kvColumns(generic.Columns)),
 		"?", false, "GetSingle")
 	dialect.GetSingleValSQL = query.New(fmt.Sprintf(singleKeySQL, generic.CurrentRevSQL, generic.CompactRevSQL, kvColumns(generic.WithVal)),
 		"?", false, "GetSingleVal")
+}
+
+// useRangeReads replaces the dialect's statements that read or count a
+// range of keys (those that read every key, with no range, stay kine's).
+func useRangeReads(dialect *generic.Generic) {
+	ranged := func(name, columns, revision string) *query.Named {
+		return query.New(fmt.Sprintf(rangeSQL, generic.CompactRevSQL, kvColumns(columns), revision), "?", false, name)
+	}
+	dialect.ListCurrentSQL = ranged("ListCurrent", generic.Columns, "")
+	dialect.ListCurrentValSQL = ranged("ListCurrentVal", generic.WithVal, "")
+	dialect.GetRevisionAfterSQL = ranged("GetRevisionAfter", generic.Columns, atRevision)
+	dialect.GetRevisionAfterValSQL = ranged("GetRevisionAfterVal", generic.WithVal, atRevision)
+	dialect.CountCurrentSQL = query.New(fmt.Sprintf(countRangeSQL, generic.CurrentRevSQL, "", ""), "?", false, "CountCurrent")
+	dialect.CountRevisionSQL = query.New(fmt.Sprintf(countRangeSQL, generic.CurrentRevSQL, ", ("+generic.CompactRevSQL+")", atRevision),
+		"?", false, "CountRevision")
 }
