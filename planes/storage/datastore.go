@@ -74,7 +74,7 @@ func (d *datastoreClients) rawStorage(config *storagebackend.ConfigForResource, 
 		transformer = identity.NewEncryptCheckTransformer()
 	}
 	versioner := storage.APIObjectVersioner{}
-	decoder := etcd3.NewDefaultDecoder(config.Codec, versioner)
+	var decoder etcd3.Decoder = aheadDecoder{etcd3.NewDefaultDecoder(config.Codec, versioner)}
 	unsafeDeletion := utilfeature.DefaultFeatureGate.Enabled(genericfeatures.AllowUnsafeMalformedObjectDeletion)
 	if unsafeDeletion {
 		transformer = etcd3.WithCorruptObjErrorHandlingTransformer(transformer)
@@ -165,7 +165,7 @@ func (d *datastoreClients) newClient(tc storagebackend.TransportConfig) (*etcdku
 		return newDatastoreClient(tc)
 	}
 	client := &etcdkubernetes.Client{Client: d.local()}
-	client.Kubernetes = client
+	client.Kubernetes = aheadLister{client}
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 	return client, nil
 }
@@ -195,6 +195,7 @@ func newDatastoreClient(tc storagebackend.TransportConfig) (*etcdkubernetes.Clie
 	if err != nil {
 		return nil, fmt.Errorf("datastore client: %w", err)
 	}
+	client.Kubernetes = aheadLister{client.Kubernetes}
 	// Every storage's reads and writes are timed, once.
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 	if err := waitUntilConnected(client.Client, datastoreDialTimeout); err != nil {

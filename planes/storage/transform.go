@@ -43,9 +43,9 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 		if err != nil {
 			return nil, nil, err
 		}
-		var cacheSource, writes storage.Interface = raw, raw
+		var cacheSource, writes storage.Interface = decodingAhead{raw}, raw
 		if transform != nil {
-			cacheSource, writes = &transforming{Interface: raw, transform: transform}, yielding{raw}
+			cacheSource, writes = &transforming{Interface: cacheSource, transform: transform}, yielding{raw}
 		}
 		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
 			Storage:             cacheSource,
