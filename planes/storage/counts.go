@@ -69,14 +69,19 @@ func NewCounts() *Counts {
 }
 
 // Holds reports whether plane has a record of s: false only once s is
-// counted and none of its records is plane's. What asks (admission that
+// counted, the counts have reached every revision s's watch cache was
+// given, and none of s's records is plane's. What asks (admission that
 // would list a plane's quotas, limit ranges, webhook configurations or
-// policy bindings on every request) knows as soon as the watch cache's
-// watchers do.
+// policy bindings from the cache on every request) must not be told
+// "none" while the cache holds one: the counts follow the cache through
+// a watch of their own, which lags it.
 func (c *Counts) Holds(s *Store, plane string) bool {
+	// Read before the counts: the cache may take more meanwhile, never
+	// less, and the counts reached this revision or they may miss some.
+	entered, cached := s.cacheEntered()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if p := c.seen[s]; p == nil || p.rv == 0 || !p.following {
+	if p := c.seen[s]; p == nil || p.rv == 0 || !p.following || (cached && p.rv < entered) {
 		return true
 	}
 	return c.records[s][plane] > 0

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
 )
@@ -209,4 +211,54 @@ func TestCountsHolds(t *testing.T) {
 	if !c.Holds(s, "c") {
 		t.Fatal("a store no longer followed answered that plane c holds nothing")
 	}
+}
+
+// A plane holds whatever the watch cache was given and the counts have
+// not reached yet: a quota created, seen in the cache by its client, and
+// not yet counted must not let the next request's admission skip it.
+// Only object events move what the cache was given.
+func TestCountsHoldWhatTheCacheHasAndTheyLack(t *testing.T) {
+	events := watch.NewFake()
+	source := &cacheSource{Interface: watching{events: events}}
+	w, err := source.Watch(t.Context(), "/", storage.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s := &Store{Interface: &cachedStore{source: source}}
+	c := NewCounts()
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("a", "one", 2, "x")})
+	c.setFollowing(s, true)
+	given := func(ev watch.Event) {
+		t.Helper()
+		go events.Action(ev.Type, ev.Object)
+		<-w.ResultChan()
+	}
+	given(watch.Event{Type: watch.Added, Object: counted("a", "one", 2, "x")})
+	if c.Holds(s, "b") {
+		t.Fatal("plane b holds a record while the counts have what the cache has")
+	}
+	given(watch.Event{Type: watch.Added, Object: counted("b", "quota", 5, "x")})
+	if !c.Holds(s, "b") || !c.Holds(s, "c") {
+		t.Fatalf("with the cache ahead of the counts: b %v, c %v; want true, true", c.Holds(s, "b"), c.Holds(s, "c"))
+	}
+	c.count(s, watch.Event{Type: watch.Added, Object: counted("b", "quota", 5, "x")})
+	if !c.Holds(s, "b") || c.Holds(s, "c") {
+		t.Fatalf("with the counts caught up: b %v, c %v; want true, false", c.Holds(s, "b"), c.Holds(s, "c"))
+	}
+	bookmark := counted("", "", 9, "")
+	given(watch.Event{Type: watch.Bookmark, Object: bookmark})
+	if c.Holds(s, "c") {
+		t.Fatal("a bookmark made plane c hold a record")
+	}
+}
+
+// watching is a storage whose only call is Watch.
+type watching struct {
+	storage.Interface
+	events watch.Interface
+}
+
+func (w watching) Watch(context.Context, string, storage.ListOptions) (watch.Interface, error) {
+	return w.events, nil
 }

@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	etcdkubernetes "go.etcd.io/etcd/client/v3/kubernetes"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 )
 
@@ -18,7 +17,7 @@ import (
 // 10,000 Planes stored that list was a second of one core's time at every
 // start (custom resources decode through JSON and schema coercion), with
 // the server's other cores idle and readiness waiting on it. While a
-// cache's list is read (decodingAhead.GetList), every datastore page of
+// cache's list is read (cacheSource.GetList), every datastore page of
 // at least minDecodeAhead records (aheadLister) is also decoded by helper
 // goroutines, from its last record backwards, and the storage's own
 // decoder (aheadDecoder) takes the helpers' result for a record they
@@ -194,13 +193,3 @@ func (d aheadDecoder) DecodeListItem(ctx context.Context, data []byte, rev uint6
 	return r.obj, r.err
 }
 
-// decodingAhead is a watch cache's source: its lists are decoded ahead.
-type decodingAhead struct {
-	storage.Interface
-}
-
-func (d decodingAhead) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj apiruntime.Object) error {
-	ctx, end := withDecodeAhead(ctx)
-	defer end()
-	return d.Interface.GetList(ctx, key, opts, listObj)
-}

@@ -118,7 +118,7 @@ func TestCacheListsDecodeAhead(t *testing.T) {
 		}
 		decoder.reset()
 		got := &unstructured.UnstructuredList{}
-		if err := (decodingAhead{raw}).GetList(ctx, "/things", opts, got); err != nil {
+		if err := (&cacheSource{Interface: raw}).GetList(ctx, "/things", opts, got); err != nil {
 			t.Fatal(err)
 		}
 		if len(got.Items) == 0 || !reflect.DeepEqual(got, want) {

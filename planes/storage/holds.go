@@ -7,8 +7,9 @@ import "k8s.io/apimachinery/pkg/runtime/schema"
 func (r *Registry) SetCounts(c *Counts) { r.counts.Store(c) }
 
 // MayHold reports whether plane, or a template it stands on, may hold
-// objects of the built-in resource: false only when the counts know that
-// none of them has a record of it. Admission asks before it lists a
+// objects of the built-in resource: false only when the counts, caught up
+// with the resource's watch cache, know that none of them has a record of
+// it (Counts.Holds). Admission asks before it lists a
 // plane's quotas, limit ranges, webhook configurations or policy bindings
 // for a request: most planes have none, and listing nothing from the watch
 // cache (the plane's layer and each template's) took 5 % of the server's

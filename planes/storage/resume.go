@@ -19,6 +19,7 @@ import (
 type cachedStore struct {
 	*cacherstorage.CacheDelegator
 	datastore storage.Interface
+	source    *cacheSource
 }
 
 // resumeFromDatastore returns a watch of the datastore from opts'

@@ -70,6 +70,16 @@ func (s *Store) Cached() bool {
 	return ok
 }
 
+// cacheEntered is the newest revision the storage's watch cache was
+// given; ok is false for a storage without a cache.
+func (s *Store) cacheEntered() (rv uint64, ok bool) {
+	cached, ok := s.Interface.(*cachedStore)
+	if !ok || cached.source == nil {
+		return 0, false
+	}
+	return cached.source.entered.Load(), true
+}
+
 func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
 	if planes.AllPlanes(ctx) {
 		if key != s.resourcePrefix {

@@ -43,12 +43,13 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 		if err != nil {
 			return nil, nil, err
 		}
-		var cacheSource, writes storage.Interface = decodingAhead{raw}, raw
+		source := &cacheSource{Interface: raw}
+		var cacheReads, writes storage.Interface = source, raw
 		if transform != nil {
-			cacheSource, writes = &transforming{Interface: cacheSource, transform: transform}, yielding{raw}
+			cacheReads, writes = &transforming{Interface: source, transform: transform}, yielding{raw}
 		}
 		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-			Storage:             cacheSource,
+			Storage:             cacheReads,
 			Versioner:           storage.APIObjectVersioner{},
 			GroupResource:       config.GroupResource,
 			EventsHistoryWindow: config.EventsHistoryWindow,
@@ -66,7 +67,7 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 			return nil, nil, err
 		}
 		delegator := cacherstorage.NewCacheDelegator(cacher, writes)
-		return &cachedStore{CacheDelegator: delegator, datastore: raw}, func() {
+		return &cachedStore{CacheDelegator: delegator, datastore: raw, source: source}, func() {
 			delegator.Stop()
 			cacher.Stop()
 			destroyRaw()
