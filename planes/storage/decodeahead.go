@@ -192,4 +192,3 @@ func (d aheadDecoder) DecodeListItem(ctx context.Context, data []byte, rev uint6
 	<-r.done
 	return r.obj, r.err
 }
-
