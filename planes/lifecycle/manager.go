@@ -240,6 +240,16 @@ func withoutManagedFields(obj runtime.Object) {
 }
 
 // observe records what a Plane object says and queues it.
+// annotation reads one annotation of u in place: GetAnnotations copies
+// them all, and the informer's handler reads several of every Plane, at
+// a restart 10,000 of them before the server is ready.
+func annotation(u *unstructured.Unstructured, key string) (string, bool) {
+	metadata, _ := u.Object["metadata"].(map[string]any)
+	annotations, _ := metadata["annotations"].(map[string]any)
+	value, ok := annotations[key].(string)
+	return value, ok
+}
+
 func (m *Manager) observe(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -272,13 +282,14 @@ func (m *Manager) observe(obj any) {
 		s.phase = Terminating
 	}
 	s.from, _, _ = unstructured.NestedString(u.Object, "spec", "from")
-	s.base = u.GetAnnotations()[planes.BaseAnnotation]
-	s.createdBy = u.GetAnnotations()[CreatedByAnnotation]
+	s.base, _ = annotation(u, planes.BaseAnnotation)
+	s.createdBy, _ = annotation(u, CreatedByAnnotation)
 	s.limits = limits.OfPlane(u)
 	s.statusUsage = usageOf(u)
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
-	if at, err := strconv.ParseUint(u.GetAnnotations()[ResetRevisionAnnotation], 10, 64); err == nil && at > s.resetRevision {
+	resetRevision, _ := annotation(u, ResetRevisionAnnotation)
+	if at, err := strconv.ParseUint(resetRevision, 10, 64); err == nil && at > s.resetRevision {
 		s.resetRevision = at
 	}
 	holdForReset := m.unfinishedResetLocked(u, s) && !s.resetting && !s.terminating

@@ -380,7 +380,7 @@ func (m *Manager) annotatePlane(ctx context.Context, plane string, annotations m
 // not finished: it carries the mark and is newer than the last reset this
 // server finished.
 func (m *Manager) unfinishedResetLocked(u *unstructured.Unstructured, s *state) bool {
-	if _, marked := u.GetAnnotations()[ResetAnnotation]; !marked {
+	if _, marked := annotation(u, ResetAnnotation); !marked {
 		return false
 	}
 	rv, err := strconv.ParseUint(u.GetResourceVersion(), 10, 64)
@@ -420,7 +420,7 @@ func (m *Manager) resetLeftTo(u *unstructured.Unstructured) time.Duration {
 // resetEndedElsewhereLocked reports whether Plane u, unmarked, ends a
 // reset this server held the plane for and does not run itself.
 func (m *Manager) resetEndedElsewhereLocked(u *unstructured.Unstructured, s *state) bool {
-	_, marked := u.GetAnnotations()[ResetAnnotation]
+	_, marked := annotation(u, ResetAnnotation)
 	return !marked && s.heldForMarkAt != 0 && s.resetRun == nil && resourceVersionOf(u) > s.heldForMarkAt
 }
 

@@ -1,6 +1,10 @@
 package lifecycle
 
-import "testing"
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
 
 // A busy plane's status is not rewritten for every byte: only a change of
 // objects or watches, or of bytes by more than 1/32, is written.
@@ -24,5 +28,26 @@ func TestUsageChanged(t *testing.T) {
 	}
 	if !usageChanged(Usage{}, Usage{Bytes: 1}) {
 		t.Error("bytes from none: want a write")
+	}
+}
+
+// An annotation is read in place, whatever shape the metadata has.
+func TestAnnotationReadsInPlace(t *testing.T) {
+	for _, c := range []struct {
+		object    map[string]any
+		value     string
+		annotated bool
+	}{
+		{map[string]any{}, "", false},
+		{map[string]any{"metadata": "not a map"}, "", false},
+		{map[string]any{"metadata": map[string]any{}}, "", false},
+		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{"other": "x"}}}, "", false},
+		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{"k": ""}}}, "", true},
+		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{"k": "v"}}}, "v", true},
+	} {
+		value, annotated := annotation(&unstructured.Unstructured{Object: c.object}, "k")
+		if value != c.value || annotated != c.annotated {
+			t.Errorf("%v: got %q, %v; want %q, %v", c.object, value, annotated, c.value, c.annotated)
+		}
 	}
 }

@@ -210,8 +210,10 @@ var planesResource = schema.GroupResource{Group: "kplane.dev", Resource: "planes
 // OfPlane reads a Plane's spec.limits (nil for none); the CRD's schema
 // has validated it.
 func OfPlane(u *unstructured.Unstructured) *Limits {
-	content, ok, _ := unstructured.NestedMap(u.Object, "spec", "limits")
-	if !ok {
+	// Read in place: the converter copies what it keeps.
+	field, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "limits")
+	content, ok := field.(map[string]any)
+	if !found || !ok {
 		return nil
 	}
 	l := &Limits{}
