@@ -87,6 +87,7 @@ type benchFlags struct {
 	serviceCreates  *int
 	profilesStored  *string
 	profilesIdle    *time.Duration
+	restartPlanes   *int
 	auditOps        *int
 	auditRounds     *int
 	rounds          *int
@@ -106,7 +107,7 @@ func parseFlags() *benchFlags {
 	f.workers = flag.Int("workers", 8, "concurrent clients creating planes")
 	f.configmaps = flag.Int("configmaps", 3, "configmaps written into each plane")
 	f.datastore = flag.String("datastore", "", "datastore endpoint (\"\" = SQLite, \"etcd\" = embedded etcd)")
-	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, member-workloads, pod-memory, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
+	f.scenarios = flag.String("scenarios", "density", "comma-separated scenarios: density, lifecycle, controllers, workloads, member-workloads, pod-memory, crds, crd-churn, fleet, snapshot, streams, gotest, container, scenarios, plain-planes, quota, policies, webhooks, profiles, restart, audit, noisy-neighbor, services, scaleout, "+strings.Join(sideBySideScenarios, ", "))
 	f.cycles = flag.Int("cycles", 3, "create/delete rounds of the lifecycle scenario (3 or more for the leak check)")
 	f.fleetReplicas = flag.Int("fleet-replicas", 1000, "members of the Fleet in the fleet scenario")
 	f.bootstrap = flag.String("plane-bootstrap", "minimal", "the server's --plane-bootstrap (minimal or full)")
@@ -120,7 +121,7 @@ func parseFlags() *benchFlags {
 	f.out = flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	f.churnSettle = flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	f.crdCycles = flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, workloads: its rollout, container: the bare binary, profiles: its empty server, scenarios: its resets, plain-planes: its base planes)")
+	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, workloads: its rollout, container: the bare binary, profiles: its empty server, restart: its restarts, scenarios: its resets, plain-planes: its base planes)")
 	f.gotestExample = flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	f.gotestPlanes = flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
@@ -140,10 +141,11 @@ func parseFlags() *benchFlags {
 	f.scaleoutOps = flag.Int("scaleout-ops", 2000, "requests of each verb per server count in the scaleout scenario")
 	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
+	f.restartPlanes = flag.Int("restart-planes", 10000, "planes stored before the restarts of the restart scenario")
 	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
-	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes) and workloads (rollout) in which the two binaries take turns going first; each figure is the median of its rounds")
+	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout) and restart in which the two binaries take turns going first; each figure is the median of its rounds")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
@@ -166,6 +168,7 @@ func (f *benchFlags) quick() {
 	*f.webhookCreates, *f.webhookPlanes = min(*f.webhookCreates, 50), min(*f.webhookPlanes, 50)
 	*f.serviceCreates = min(*f.serviceCreates, 20)
 	*f.profilesStored = "20,50"
+	*f.restartPlanes = min(*f.restartPlanes, 20)
 	*f.profilesIdle = min(*f.profilesIdle, 10*time.Second)
 	*f.auditOps, *f.auditRounds = min(*f.auditOps, 100), min(*f.auditRounds, 1)
 	*f.noisyWriters, *f.noisyListers, *f.noisyOps = min(*f.noisyWriters, 8), min(*f.noisyListers, 8), min(*f.noisyOps, 30)
@@ -218,6 +221,8 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		if stored, err = parseCounts(*f.profilesStored); err == nil {
 			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary, Idle: *f.profilesIdle})
 		}
+	case "restart":
+		res, err = restartScenario(bin, restartParams{Planes: *f.restartPlanes, Workers: *f.workers, Old: *f.oldBinary, Rounds: *f.rounds})
 	case "audit":
 		res, err = auditScenario(bin, auditParams{Ops: *f.auditOps, Workers: *f.workers, Rounds: *f.auditRounds, FullPlanes: 5, BufferEvents: 1000})
 	case "noisy-neighbor":

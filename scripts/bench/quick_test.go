@@ -96,7 +96,12 @@ func TestQuickBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("noisy-neighbor: %v", err)
 	}
-	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, podMemory, webhooks, audit, services, noisy)
+	// The binary stands in for an earlier one: the two take turns.
+	restarts, err := restartScenario(binary, restartParams{Planes: 10, Workers: 4, Old: binary, Rounds: 2})
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	report.Results = append(report.Results, fleet, snapshot, streams, container, scenarios, plain, workloads, podMemory, webhooks, audit, services, noisy, restarts)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "results.json")
@@ -112,7 +117,7 @@ func TestQuickBench(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1, "noisy-neighbor": 1, "pod-memory": 1}
+	want := map[string]int{"curve": 2, "requests": 1, "watch": 1, "baseline": 1, "fleet": 1, "snapshot": 1, "streams": 1, "container": 1, "webhooks": 1, "audit": 1, "services": 1, "noisy-neighbor": 1, "pod-memory": 1, "restart": 1}
 	got := map[string]int{}
 	baselineRan := false
 	for _, r := range written.Results {
