@@ -19,11 +19,7 @@ func TestSingleKeyReadsAnswerAsKines(t *testing.T) {
 	// Only the statements are ours; both run on kine's database.
 	ours := &generic.Generic{}
 	useSingleKeyReads(ours)
-	records := []struct {
-		name                  string
-		deleted, prevRevision int
-		value                 string
-	}{
+	records := []record{
 		{"/registry/a/live", 0, 0, "v1"},
 		{"/registry/a/live", 0, 1, "v2"},
 		{"/registry/a/gone", 0, 0, "g1"},
@@ -31,12 +27,7 @@ func TestSingleKeyReadsAnswerAsKines(t *testing.T) {
 		{"compact_rev_key", 0, 2, ""},
 		{"/registry/a/other", 0, 0, "o1"},
 	}
-	for _, r := range records {
-		if _, err := kines.DB.Exec(`INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES(?, 1, ?, 0, ?, 0, ?, NULL)`,
-			r.name, r.deleted, r.prevRevision, []byte(r.value)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertRecords(t, kines.DB, records)
 	statements := []struct{ kine, ours *query.Named }{
 		{kines.GetSingleSQL, ours.GetSingleSQL},
 		{kines.GetSingleValSQL, ours.GetSingleValSQL},
@@ -50,6 +41,24 @@ func TestSingleKeyReadsAnswerAsKines(t *testing.T) {
 					t.Errorf("%s %s, deleted records %v:\n got %v\nwant %v", s.ours.Name, key, includeDeleted, got, want)
 				}
 			}
+		}
+	}
+}
+
+// record is one row of kine's table, as a test writes it.
+type record struct {
+	name                  string
+	deleted, prevRevision int
+	value                 string
+}
+
+// insertRecords writes records into kine's table, in order (their ids).
+func insertRecords(t *testing.T, db *sql.DB, records []record) {
+	t.Helper()
+	for _, r := range records {
+		if _, err := db.Exec(`INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES(?, 1, ?, 0, ?, 0, ?, NULL)`,
+			r.name, r.deleted, r.prevRevision, []byte(r.value)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -91,11 +100,7 @@ func TestRangeReadsAnswerAsKines(t *testing.T) {
 	kines := kineDialect(t)
 	ours := &generic.Generic{}
 	useRangeReads(ours)
-	records := []struct {
-		name                  string
-		deleted, prevRevision int
-		value                 string
-	}{
+	records := []record{
 		{"/registry/a/b", 0, 0, "b1"},
 		{"/registry/a/c", 0, 0, "c1"},
 		{"/registry/a/b", 0, 1, "b2"},
@@ -107,12 +112,7 @@ func TestRangeReadsAnswerAsKines(t *testing.T) {
 		{"/registry/a/c", 0, 2, "c2"},
 		{"/registry/a/a", 0, 0, "a1"},
 	}
-	for _, r := range records {
-		if _, err := kines.DB.Exec(`INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES(?, 1, ?, 0, ?, 0, ?, NULL)`,
-			r.name, r.deleted, r.prevRevision, []byte(r.value)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertRecords(t, kines.DB, records)
 	var newest int64
 	if err := kines.DB.QueryRow(`SELECT MAX(id) FROM kine`).Scan(&newest); err != nil {
 		t.Fatal(err)

@@ -19,13 +19,7 @@ import (
 // through one client; it stays open while a storage holds it and closes
 // with the last one released.
 func TestStoragesOfARegistryShareOneDatastoreClient(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d, err := datastore.Listen(ctx, datastore.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d := testDatastore(t)
 	r := NewRegistry()
 	r.CacheEveryResource()
 	r.SetUncached(schema.GroupResource{Resource: "uncached"})
@@ -71,4 +65,18 @@ func TestStoragesOfARegistryShareOneDatastoreClient(t *testing.T) {
 	if shared.client.Ctx().Err() == nil {
 		t.Error("the client is open after the last storage was released")
 	}
+}
+
+// testDatastore starts a datastore (kine on SQLite) for the test; it
+// stops with the test, as does the context returned.
+func testDatastore(t *testing.T) (context.Context, *datastore.Datastore) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d, err := datastore.Listen(ctx, datastore.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return ctx, d
 }

@@ -18,8 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
-
-	"kplane.dev/kplane/datastore"
 )
 
 // countingDecoder counts the records it decodes and how many it decoded
@@ -61,13 +59,7 @@ func TestCacheListsDecodeAhead(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d, err := datastore.Listen(ctx, datastore.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d := testDatastore(t)
 	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
 	config.Transport.ServerList = d.Endpoints
 	clients := newDatastoreClients()
