@@ -58,15 +58,6 @@ const rangeSQL = `
 	WHERE cur.id = (SELECT MAX(id) FROM kine)
 	ORDER BY kv.name ASC`
 
-// countRangeSQL counts what rangeSQL reads without a limit, as kine's
-// CountCurrent (current revision, count) and CountRevision (current and
-// compact revisions, count) statements do: its first %s is empty or the
-// compact revision's column. The same parameters as rangeSQL.
-const countRangeSQL = `
-	SELECT (%s)%s, COUNT(kv.id)
-	FROM kine AS kv
-	WHERE kv.name >= ? AND kv.name < ? AND kv.id = (SELECT MAX(id) FROM kine WHERE name = kv.name %s) AND (kv.deleted = 0 OR ?)`
-
 // atRevision limits a key's records to those at or before a revision.
 const atRevision = "AND id <= ?"
 
@@ -78,8 +69,11 @@ func useSingleKeyReads(dialect *generic.Generic) {
 		"?", false, "GetSingleVal")
 }
 
-// useRangeReads replaces the dialect's statements that read or count a
-// range of keys (those that read every key, with no range, stay kine's).
+// useRangeReads replaces the dialect's statements that read a range of
+// keys. Those that read every key, with no range, stay kine's, and so do
+// its counts of a range: they read ids from a covering index, then each
+// record by id in id order, where a walk in key order reads the records
+// in no order (35 against 50 ms for 10,001 Planes in the sqlite3 shell).
 func useRangeReads(dialect *generic.Generic) {
 	ranged := func(name, columns, revision string) *query.Named {
 		return query.New(fmt.Sprintf(rangeSQL, generic.CompactRevSQL, kvColumns(columns), revision), "?", false, name)
@@ -88,7 +82,4 @@ func useRangeReads(dialect *generic.Generic) {
 	dialect.ListCurrentValSQL = ranged("ListCurrentVal", generic.WithVal, "")
 	dialect.GetRevisionAfterSQL = ranged("GetRevisionAfter", generic.Columns, atRevision)
 	dialect.GetRevisionAfterValSQL = ranged("GetRevisionAfterVal", generic.WithVal, atRevision)
-	dialect.CountCurrentSQL = query.New(fmt.Sprintf(countRangeSQL, generic.CurrentRevSQL, "", ""), "?", false, "CountCurrent")
-	dialect.CountRevisionSQL = query.New(fmt.Sprintf(countRangeSQL, generic.CurrentRevSQL, ", ("+generic.CompactRevSQL+")", atRevision),
-		"?", false, "CountRevision")
 }
