@@ -71,16 +71,9 @@ func (m *Manager) reserveForUser(user, plane string) (release func(), err error)
 func usageOf(u *unstructured.Unstructured) Usage {
 	var out Usage
 	// Read in place: the converter copies what it keeps.
-	content, ok := nestedMapNoCopy(u.Object, "status", "usage")
-	if ok {
+	field, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "usage")
+	if content, ok := field.(map[string]any); ok {
 		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(content, &out)
 	}
 	return out
-}
-
-// nestedMapNoCopy is the map at fields of obj, not copied.
-func nestedMapNoCopy(obj map[string]any, fields ...string) (map[string]any, bool) {
-	v, found, err := unstructured.NestedFieldNoCopy(obj, fields...)
-	m, ok := v.(map[string]any)
-	return m, found && err == nil && ok
 }

@@ -239,7 +239,6 @@ func withoutManagedFields(obj runtime.Object) {
 	}
 }
 
-// observe records what a Plane object says and queues it.
 // annotation reads one annotation of u in place: GetAnnotations copies
 // them all, and the informer's handler reads several of every Plane, at
 // a restart 10,000 of them before the server is ready.
@@ -250,6 +249,7 @@ func annotation(u *unstructured.Unstructured, key string) (string, bool) {
 	return value, ok
 }
 
+// observe records what a Plane object says and queues it.
 func (m *Manager) observe(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {

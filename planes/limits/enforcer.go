@@ -211,9 +211,9 @@ var planesResource = schema.GroupResource{Group: "kplane.dev", Resource: "planes
 // has validated it.
 func OfPlane(u *unstructured.Unstructured) *Limits {
 	// Read in place: the converter copies what it keeps.
-	field, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "limits")
+	field, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "limits")
 	content, ok := field.(map[string]any)
-	if !found || !ok {
+	if !ok {
 		return nil
 	}
 	l := &Limits{}

@@ -34,7 +34,6 @@ const minDecodeAhead = 128
 type aheadScope struct {
 	mu      sync.Mutex
 	records map[*byte]*aheadRecord
-	pages   []*aheadPage
 	ended   bool
 }
 
@@ -95,7 +94,6 @@ func (s *aheadScope) expect(kvs []*mvccpb.KeyValue) {
 		s.records[key] = r
 		p.records = append(p.records, r)
 	}
-	s.pages = append(s.pages, p)
 }
 
 // take removes and returns the record read from data at rev, if the scope
@@ -120,7 +118,6 @@ func (s *aheadScope) end() {
 	defer s.mu.Unlock()
 	s.ended = true
 	s.records = nil
-	s.pages = nil
 }
 
 func (s *aheadScope) isEnded() bool {
