@@ -53,7 +53,9 @@ func (l planeLister) List(selector labels.Selector) ([]runtime.Object, error) {
 		key += "/" + l.namespace
 	}
 	list := s.NewList()
-	if err := s.GetList(l.ctx, key, fromCache, list); err != nil {
+	// No older than the resource's writes this server acknowledged: a
+	// quota's calculation right after a create must count it.
+	if err := s.GetListAfterWrites(l.ctx, key, fromCache, list); err != nil {
 		return nil, fmt.Errorf("listing %s of plane %s: %w", l.resource, l.plane, err)
 	}
 	var out []runtime.Object

@@ -68,8 +68,13 @@ func (o Objects) ListLimitRanges(ctx context.Context, plane, namespace string, l
 	return out, err
 }
 
+// each calls f with each object of resource in a plane's namespace. A
+// read of the cache is no older than the resource's newest write this
+// server acknowledged: a client that read a quota's calculation back must
+// have its next create charged to that quota.
 func (o Objects) each(ctx context.Context, resource schema.GroupResource, plane, namespace string, opts storage.ListOptions, f func(runtime.Object) error) error {
-	if opts.ResourceVersion == fromCache.ResourceVersion && !o.Registry.MayHold(plane, resource) {
+	cached := opts.ResourceVersion == fromCache.ResourceVersion
+	if cached && !o.Registry.MayHold(plane, resource) {
 		// Nothing of the plane's in the cache; a live lookup still reads.
 		return nil
 	}
@@ -77,8 +82,12 @@ func (o Objects) each(ctx context.Context, resource schema.GroupResource, plane,
 	if s == nil {
 		return fmt.Errorf("%s are not served yet", resource)
 	}
+	read := s.GetList
+	if cached {
+		read = s.GetListAfterWrites
+	}
 	list := s.NewList()
-	if err := s.GetList(planes.WithPlane(ctx, plane), s.ResourcePrefix()+"/"+namespace, opts, list); err != nil {
+	if err := read(planes.WithPlane(ctx, plane), s.ResourcePrefix()+"/"+namespace, opts, list); err != nil {
 		return fmt.Errorf("listing %s of plane %s: %w", resource, plane, err)
 	}
 	return meta.EachListItem(list, f)

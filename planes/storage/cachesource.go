@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,10 +15,13 @@ import (
 // the newest revision it handed the cache (entered), which the counts
 // must have reached before they may say that a plane holds nothing
 // (Counts.Holds): the cache may hold an object the counts, which follow
-// the cache from behind, have not counted yet.
+// the cache from behind, have not counted yet. It also keeps the newest
+// revision written through the cache's storage (acknowledging), which
+// the cache has not necessarily been given yet.
 type cacheSource struct {
 	storage.Interface
-	entered atomic.Uint64
+	entered      atomic.Uint64
+	acknowledged atomic.Uint64
 }
 
 func (c *cacheSource) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
@@ -50,15 +52,4 @@ func (c *cacheSource) Watch(ctx context.Context, key string, opts storage.ListOp
 }
 
 // enter records that the cache is given what the datastore held at rv.
-func (c *cacheSource) enter(rv string) {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		return
-	}
-	for {
-		old := c.entered.Load()
-		if n <= old || c.entered.CompareAndSwap(old, n) {
-			return
-		}
-	}
-}
+func (c *cacheSource) enter(rv string) { raise(&c.entered, rv) }

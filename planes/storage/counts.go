@@ -70,7 +70,8 @@ func NewCounts() *Counts {
 
 // Holds reports whether plane has a record of s: false only once s is
 // counted, the counts have reached every revision s's watch cache was
-// given, and none of s's records is plane's. What asks (admission that
+// given and every write of s this server acknowledged, and none of s's
+// records is plane's. What asks (admission that
 // would list a plane's quotas, limit ranges, webhook configurations or
 // policy bindings from the cache on every request) must not be told
 // "none" while the cache holds one: the counts follow the cache through

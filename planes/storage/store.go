@@ -71,13 +71,14 @@ func (s *Store) Cached() bool {
 }
 
 // cacheEntered is the newest revision the storage's watch cache was
-// given; ok is false for a storage without a cache.
+// given or this server wrote (which the cache is given next); ok is false
+// for a storage without a cache.
 func (s *Store) cacheEntered() (rv uint64, ok bool) {
 	cached, ok := s.Interface.(*cachedStore)
 	if !ok || cached.source == nil {
 		return 0, false
 	}
-	return cached.source.entered.Load(), true
+	return max(cached.source.entered.Load(), cached.source.acknowledged.Load()), true
 }
 
 func (s *Store) scope(ctx context.Context, key string) (string, string, error) {

@@ -48,6 +48,7 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 		if transform != nil {
 			cacheReads, writes = &transforming{Interface: source, transform: transform}, yielding{raw}
 		}
+		writes = acknowledging{Interface: writes, newest: &source.acknowledged}
 		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
 			Storage:             cacheReads,
 			Versioner:           storage.APIObjectVersioner{},
