@@ -43,7 +43,8 @@ type LimitRanger struct {
 	ranges  LimitRangeLister
 
 	// live remembers the namespaces found empty in the datastore, as
-	// upstream's live lookup does for a cache that may lag behind.
+	// upstream's live lookup does for a cache that may lag behind (nil:
+	// no live lookups).
 	live  *lru.Cache
 	group singleflight.Group
 }
@@ -53,14 +54,23 @@ var (
 	_ admission.ValidationInterface = &LimitRanger{}
 )
 
-// NewLimitRanger returns the plugin.
-func NewLimitRanger(ranges LimitRangeLister) *LimitRanger {
-	return &LimitRanger{
+// NewLimitRanger returns the plugin. With liveLookups, a namespace the
+// cache shows without LimitRanges is looked up in the datastore, as
+// upstream does: for servers that share a datastore, whose caches lag
+// behind each other's writes. A server alone on its datastore needs none:
+// its cache reads are no older than every write it acknowledged
+// (planes/storage Store.GetListAfterWrites), and a lookup per plane and
+// namespace was a datastore list for each plane's first Pods.
+func NewLimitRanger(ranges LimitRangeLister, liveLookups bool) *LimitRanger {
+	p := &LimitRanger{
 		Handler: admission.NewHandler(admission.Create, admission.Update),
 		actions: &limitranger.DefaultLimitRangerActions{},
 		ranges:  ranges,
-		live:    lru.New(10000),
 	}
+	if liveLookups {
+		p.live = lru.New(10000)
+	}
+	return p
 }
 
 // Factory returns an admission.Factory that always yields p.
@@ -117,8 +127,8 @@ type liveEntry struct {
 }
 
 // limitRanges returns the LimitRanges of the request's namespace: from the
-// cache, or when it has none, from the datastore at most once per
-// liveLookupTTL and namespace (upstream's live lookup).
+// cache, or when it has none and live lookups are on, from the datastore
+// at most once per liveLookupTTL and namespace (upstream's live lookup).
 func (p *LimitRanger) limitRanges(ctx context.Context, plane string, a admission.Attributes) ([]*corev1.LimitRange, error) {
 	namespace := a.GetNamespace()
 	unavailable := func() error {
@@ -128,7 +138,7 @@ func (p *LimitRanger) limitRanges(ctx context.Context, plane string, a admission
 	if err != nil {
 		return nil, unavailable()
 	}
-	if len(items) > 0 {
+	if len(items) > 0 || p.live == nil {
 		return items, nil
 	}
 	key := planeNamespace(plane, namespace)

@@ -211,7 +211,7 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err != nil {
 		return CompletedConfig{}, err
 	}
-	if err := registerAdmission(opts, stores, planesAdmission, hooks, policyPlugins); err != nil {
+	if err := c.registerAdmission(opts, stores, planesAdmission, hooks, policyPlugins); err != nil {
 		return CompletedConfig{}, err
 	}
 	completed, err := opts.Complete(ctx, nil, nil)
@@ -418,7 +418,7 @@ func (c *Config) upstreamOptions() *cpoptions.Options {
 // cluster state through informers would see the root plane only.
 // Admission is configured before the APIs are installed: NamespaceLifecycle
 // reads namespaces through the storage registry, which exists first.
-func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, hooks webhookPlugins,
+func (c *Config) registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, planesPlugin *admission.Planes, hooks webhookPlugins,
 	policyPlugins *policies.Plugins) error {
 	nsLifecycle := admission.NewNamespaceLifecycle(namespaceGetter{
 		storageGetter{stores: stores, resource: corev1.Resource("namespaces")}})
@@ -431,7 +431,7 @@ func registerAdmission(o *cpoptions.Options, stores *planestorage.Registry, plan
 	crdGroups := admission.NewCRDGroups(builtinGroups(), rootOwn)
 	o.Admission.GenericAdmission.Plugins.Register(admission.CRDGroupsPluginName, crdGroups.Factory())
 	quotaObjects := quota.Objects{Registry: stores}
-	o.Admission.GenericAdmission.Plugins.Register(admission.LimitRangerPluginName, admission.NewLimitRanger(quotaObjects).Factory())
+	o.Admission.GenericAdmission.Plugins.Register(admission.LimitRangerPluginName, admission.NewLimitRanger(quotaObjects, !c.SoleServer).Factory())
 	o.Admission.GenericAdmission.Plugins.Register(admission.ResourceQuotaPluginName, admission.NewResourceQuota(quotaObjects).Factory())
 	o.Admission.GenericAdmission.Plugins.Register(policies.MutatingPluginName, policyPlugins.Mutating.Factory())
 	o.Admission.GenericAdmission.Plugins.Register(policies.ValidatingPluginName, policyPlugins.Validating.Factory())
