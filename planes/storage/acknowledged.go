@@ -75,11 +75,11 @@ func raise(newest *atomic.Uint64, rv string) {
 // acknowledged is the newest revision of a write of the storage this
 // server acknowledged; ok is false for a storage without a cache.
 func (s *Store) acknowledged() (rv uint64, ok bool) {
-	cached, ok := s.Interface.(*cachedStore)
-	if !ok || cached.source == nil {
+	source := s.source()
+	if source == nil {
 		return 0, false
 	}
-	return cached.source.acknowledged.Load(), true
+	return source.acknowledged.Load(), true
 }
 
 // GetListAfterWrites is GetList from the watch cache (opts read it: at

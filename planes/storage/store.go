@@ -74,11 +74,20 @@ func (s *Store) Cached() bool {
 // given or this server wrote (which the cache is given next); ok is false
 // for a storage without a cache.
 func (s *Store) cacheEntered() (rv uint64, ok bool) {
-	cached, ok := s.Interface.(*cachedStore)
-	if !ok || cached.source == nil {
+	source := s.source()
+	if source == nil {
 		return 0, false
 	}
-	return max(cached.source.entered.Load(), cached.source.acknowledged.Load()), true
+	return max(source.entered.Load(), source.acknowledged.Load()), true
+}
+
+// source is what the storage's watch cache reads the datastore
+// through (nil for a storage without a cache).
+func (s *Store) source() *cacheSource {
+	if cached, ok := s.Interface.(*cachedStore); ok {
+		return cached.source
+	}
+	return nil
 }
 
 func (s *Store) scope(ctx context.Context, key string) (string, string, error) {
