@@ -41,7 +41,7 @@ func WithRouting(handler http.Handler, serializer runtime.NegotiatedSerializer) 
 		}
 		if id != planes.Root && !isPlaneScoped(rest) {
 			responsewriters.ErrorNegotiated(
-				apierrors.NewNotFound(schema.GroupResource{}, rest),
+				pathNotFound(rest, fmt.Sprintf("plane %s serves only %s", id, strings.Join(planeScopedPaths, ", "))),
 				serializer, schema.GroupVersion{Version: "v1"}, w, req)
 			return
 		}
@@ -68,14 +68,14 @@ func Parse(path, escaped string) (id, rest string, err error) {
 	segments := strings.SplitN(strings.TrimPrefix(escaped, "/"), "/", 4)
 	// segments: "clusters", <id>, "control-plane", <rest>
 	if len(segments) < 2 || segments[1] == "" {
-		return "", "", apierrors.NewNotFound(schema.GroupResource{}, path)
+		return "", "", pathNotFound(path, planePathForm)
 	}
 	id = segments[1]
 	if verr := planes.ValidateID(id); verr != nil {
 		return "", "", apierrors.NewBadRequest(verr.Error())
 	}
 	if len(segments) < 3 || segments[2] != controlPlaneSegment {
-		return "", "", apierrors.NewNotFound(schema.GroupResource{}, path)
+		return "", "", pathNotFound(path, planePathForm)
 	}
 	// The id holds no escapes, so the decoded path starts with the same
 	// prefix; the decoded rest is what the inner handlers route on.
@@ -84,9 +84,21 @@ func Parse(path, escaped string) (id, rest string, err error) {
 		rest = "/"
 	}
 	if !strings.HasPrefix(rest, "/") {
-		return "", "", apierrors.NewNotFound(schema.GroupResource{}, path)
+		return "", "", pathNotFound(path, planePathForm)
 	}
 	return id, rest, nil
+}
+
+// planePathForm says how a plane's paths are made.
+const planePathForm = "a plane's paths are " + Prefix + "<id>/" + controlPlaneSegment + "/..."
+
+// pathNotFound is the 404 of a path nothing serves, a Status as every
+// error of the router is, with a message that says why (upstream's
+// NotFound of a resource would read ` "<path>" not found`).
+func pathNotFound(path, why string) *apierrors.StatusError {
+	err := apierrors.NewNotFound(schema.GroupResource{}, path)
+	err.ErrStatus.Message = fmt.Sprintf("the server could not find the requested path %q: %s", path, why)
+	return err
 }
 
 // checkSegments rejects empty, "." and ".." segments anywhere in the path,

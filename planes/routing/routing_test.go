@@ -55,6 +55,9 @@ func TestParse(t *testing.T) {
 			if got := apierrors.ReasonForError(err); apiCode(err) != c.code {
 				t.Errorf("%s: got %v (%s), want code %d", c.raw, err, got, c.code)
 			}
+			if c.code == http.StatusNotFound && !strings.Contains(err.Error(), "/clusters/<id>/control-plane/") {
+				t.Errorf("%s: the 404 does not say how a plane's paths are made: %v", c.raw, err)
+			}
 			continue
 		}
 		if err != nil || id != c.id || rest != c.rest {
@@ -92,6 +95,9 @@ func TestWithRouting(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/clusters/team-a/control-plane/metrics", nil))
 	if rec.Code != http.StatusNotFound || gotPlane != "" {
 		t.Fatalf("server-wide path inside a plane: code %d, reached handler: %v", rec.Code, gotPlane != "")
+	}
+	if body := rec.Body.String(); !strings.Contains(body, `could not find the requested path \"/metrics\": plane team-a serves only /api, /apis`) {
+		t.Fatalf("server-wide path inside a plane: the Status does not say what a plane serves: %s", body)
 	}
 
 	rec = httptest.NewRecorder()
