@@ -46,8 +46,10 @@ func (o objects) list(ctx context.Context, resource schema.GroupResource, namesp
 		key += "/" + namespace
 	}
 	list := s.NewList()
+	// No older than this server's writes, as quota and policy admission
+	// read: a configuration its client saw created acts on the next request.
 	opts := storage.ListOptions{ResourceVersion: fromCache, Recursive: true, Predicate: storage.Everything}
-	if err := s.GetList(planes.WithPlane(ctx, o.plane), key, opts, list); err != nil {
+	if err := s.GetListAfterWrites(planes.WithPlane(ctx, o.plane), key, opts, list); err != nil {
 		return nil, fmt.Errorf("listing %s of plane %s: %w", resource, o.plane, err)
 	}
 	return meta.ExtractList(list)
