@@ -859,12 +859,13 @@ func TestConversionWebhookByService(t *testing.T) {
 	if len(hook.callsTo("/convert/by-service")) == 0 {
 		t.Fatal("the conversion webhook behind the Service was not called")
 	}
-	calls := len(hook.callsTo("/convert/by-service"))
-	_, err = shared.Dynamic(t, without).Resource(gvr("v2")).Namespace("default").Create(ctx, gadget("g"), metav1.CreateOptions{})
+	// Named apart: plane withService's own Gadget may still be converted
+	// for its readers meanwhile, a call this test must not count.
+	_, err = shared.Dynamic(t, without).Resource(gvr("v2")).Namespace("default").Create(ctx, gadget("g-without"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "webhooks/hook") {
 		t.Fatalf("plane %s without the Service: got %v, want a conversion failure naming Service webhooks/hook", without, err)
 	}
-	if now := len(hook.callsTo("/convert/by-service")); now != calls {
+	if slices.Contains(hook.callsTo("/convert/by-service"), "g-without") {
 		t.Fatalf("plane %s's conversion reached plane %s's Service", without, withService)
 	}
 }
