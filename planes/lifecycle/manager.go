@@ -149,8 +149,8 @@ type state struct {
 	limits *limits.Limits
 	// createdBy is the user whose first request made the plane.
 	createdBy string
-	// statusUsage is the usage last written to the Plane status.
-	statusUsage Usage
+	// usage is what the Plane's status reports of its usage, and since when.
+	usage usageReport
 }
 
 // Manager keeps the planes.
@@ -285,7 +285,7 @@ func (m *Manager) observe(obj any) {
 	s.base, _ = annotation(u, planes.BaseAnnotation)
 	s.createdBy, _ = annotation(u, CreatedByAnnotation)
 	s.limits = limits.OfPlane(u)
-	s.statusUsage = usageOf(u)
+	s.usage.stored(usageOf(u), time.Now())
 	template, _, _ := unstructured.NestedString(u.Object, "spec", "template")
 	m.setTemplateLocked(u.GetName(), s, template)
 	resetRevision, _ := annotation(u, ResetRevisionAnnotation)
@@ -716,66 +716,6 @@ func (m *Manager) writeStatus(ctx context.Context, name string, status map[strin
 		return nil
 	}
 	return err
-}
-
-// writeCounts refreshes the usage (objects, bytes, watches) in the status
-// of every plane whose usage changed: one write per changed plane per
-// interval, none per request, statusWriters at a time (one pass over
-// hundreds of busy planes, one write after another, took longer than the
-// interval on 2 cores).
-func (m *Manager) writeCounts(ctx context.Context) {
-	// Counting asks the storage which planes custom resources serve, which
-	// asks the manager how planes are stacked: the lock is not held then
-	// (a read lock taken twice deadlocks once a writer waits between).
-	type plane struct {
-		name string
-		last Usage
-	}
-	var ready []plane
-	m.mu.RLock()
-	for name, s := range m.state {
-		if s.phase == Ready {
-			ready = append(ready, plane{name, s.statusUsage})
-		}
-	}
-	m.mu.RUnlock()
-	workqueue.ParallelizeUntil(ctx, statusWriters, len(ready), func(i int) {
-		name := ready[i].name
-		stored := m.config.Counts.Usage(name)
-		now := Usage{Objects: stored.Objects, Bytes: stored.Bytes, Watches: int64(m.Watches(name))}
-		if !usageChanged(ready[i].last, now) {
-			return
-		}
-		status := map[string]any{"objectCount": now.Objects,
-			"usage": map[string]any{"objects": now.Objects, "bytes": now.Bytes, "watches": now.Watches}}
-		if err := m.writeStatus(ctx, name, status); err != nil {
-			return
-		}
-		m.mu.Lock()
-		if s := m.state[name]; s != nil {
-			s.statusUsage = now
-		}
-		m.mu.Unlock()
-	})
-}
-
-// statusWriters are the usage writes in flight at once.
-const statusWriters = 8
-
-// usageChanged reports whether the status must be written again: a change
-// of objects or watches, or of bytes by more than 1/32 (an update to any
-// object changes them, and the status would be one write per busy plane
-// per interval for a figure no limit is checked against: limits are
-// checked against the counters, not the status).
-func usageChanged(last, now Usage) bool {
-	if now.Objects != last.Objects || now.Watches != last.Watches {
-		return true
-	}
-	diff := now.Bytes - last.Bytes
-	if diff < 0 {
-		diff = -diff
-	}
-	return diff > 0 && (last.Bytes == 0 || diff*32 > last.Bytes)
 }
 
 // forget drops everything kept for a plane that no longer exists.

@@ -73,7 +73,8 @@ type PlaneStatus struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
-// Usage is what a plane uses (refreshed every few seconds).
+// Usage is what a plane uses (written once a change holds still for a
+// status interval, or every three intervals while it keeps changing).
 type Usage struct {
 	Objects int64 `json:"objects"`
 	Bytes   int64 `json:"bytes"`

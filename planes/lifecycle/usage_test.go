@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -28,6 +29,53 @@ func TestUsageChanged(t *testing.T) {
 	}
 	if !usageChanged(Usage{}, Usage{Bytes: 1}) {
 		t.Error("bytes from none: want a write")
+	}
+}
+
+// A plane's usage is written once it holds still for a pass, or once the
+// status is older than the longest wait while it keeps changing; a usage
+// the status already says is never written again.
+func TestUsageWrittenOnceSettled(t *testing.T) {
+	const interval = 10 * time.Second
+	start := time.Unix(1000, 0)
+	var r usageReport
+	r.stored(Usage{Objects: 8}, start)
+	passes := []struct {
+		now  Usage
+		want bool
+	}{
+		{Usage{Objects: 8}, false}, // as written
+		{Usage{Objects: 9}, false}, // changing
+		{Usage{Objects: 9}, true},  // held still for a pass
+	}
+	for i, p := range passes {
+		at := start.Add(time.Duration(i+1) * interval)
+		if got := r.due(p.now, at, 3*interval); got != p.want {
+			t.Fatalf("pass %d at %+v: due %v, want %v", i, p.now, got, p.want)
+		}
+		if p.want {
+			r.stored(p.now, at)
+		}
+	}
+	if r.due(Usage{Objects: 9}, start.Add(4*interval), 3*interval) {
+		t.Fatal("written usage due again")
+	}
+	// Changing at every pass: written once the status is 3 intervals old.
+	written := start.Add(3 * interval)
+	for i := 1; i <= 3; i++ {
+		at := written.Add(time.Duration(i) * interval)
+		want := i == 3
+		if got := r.due(Usage{Objects: int64(20 + i)}, at, 3*interval); got != want {
+			t.Fatalf("changing, pass %d: due %v, want %v", i, got, want)
+		}
+	}
+	// The stored status of another writer (a restart, another server)
+	// counts as written when seen.
+	var other usageReport
+	other.stored(Usage{Objects: 1}, start)
+	other.stored(Usage{Objects: 5}, start.Add(time.Minute))
+	if other.due(Usage{Objects: 5}, start.Add(2*time.Minute), 3*interval) {
+		t.Fatal("usage another writer stored is due")
 	}
 }
 

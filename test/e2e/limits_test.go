@@ -60,6 +60,11 @@ func setLimits(t *testing.T, s *framework.Server, name string, limits map[string
 	}
 }
 
+// usageTimeout bounds the wait for a plane's usage in its status, which is
+// written once the usage holds still for one 10 s pass: up to two passes
+// after the change, more on a loaded machine.
+var usageTimeout = 2 * framework.DefaultTimeout
+
 // planeUsage reads status.usage of a Plane.
 func planeUsage(ctx context.Context, s *framework.Server, t *testing.T, name string) (map[string]int64, error) {
 	p, err := s.Dynamic(t, "root").Resource(planesGVR).Get(ctx, name, metav1.GetOptions{})
@@ -125,7 +130,7 @@ func TestPlaneLimitObjects(t *testing.T) {
 			t.Fatalf("unlimited plane %s refused: %v", b, err)
 		}
 	}
-	framework.Eventually(t, framework.DefaultTimeout, "usage of "+a+" in its status", func(ctx context.Context) error {
+	framework.Eventually(t, usageTimeout, "usage of "+a+" in its status", func(ctx context.Context) error {
 		u, err := planeUsage(ctx, s, t, a)
 		if err == nil && (u["objects"] != 5 || u["bytes"] <= 0) {
 			err = fmt.Errorf("usage %v", u)
@@ -210,7 +215,7 @@ func TestPlaneLimitNamespaceDeletion(t *testing.T) {
 		}
 		return nil
 	})
-	framework.Eventually(t, framework.DefaultTimeout, "usage after the namespace's deletion", func(ctx context.Context) error {
+	framework.Eventually(t, usageTimeout, "usage after the namespace's deletion", func(ctx context.Context) error {
 		u, err := planeUsage(ctx, s, t, a)
 		if err == nil && (u["objects"] < limit-10 || u["objects"] > limit) {
 			err = fmt.Errorf("usage %v", u)

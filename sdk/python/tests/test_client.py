@@ -228,7 +228,8 @@ class LimitsTest(ServerTestCase):
             create_configmap(plane, "three")
         self.assertIn("exceeded quota", str(refused.exception))
         self.assertIn("maxObjects=2", str(refused.exception))
-        usage = eventually(lambda: (u := plane.usage()).objects == 2 and u)
+        # Written once the usage holds still for one 10 s pass.
+        usage = eventually(lambda: (u := plane.usage()).objects == 2 and u, timeout=60.0)
         self.assertTrue(usage, plane.usage())
         self.assertGreater(usage.bytes, 0)
 

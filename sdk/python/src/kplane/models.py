@@ -274,7 +274,8 @@ class PlaneLimits:
 
 @dataclass
 class PlaneUsage:
-    """What a plane uses (``Plane.status.usage``, refreshed every few seconds)."""
+    """What a plane uses (``Plane.status.usage``, written once a change has held
+    still for 10 s, or every 30 s while it keeps changing)."""
 
     objects: int = 0
     bytes: int = 0
