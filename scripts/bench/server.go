@@ -163,22 +163,56 @@ func (s *server) saveMetrics(path string) error {
 
 // metric reads one unlabelled gauge from the server's /metrics.
 func (s *server) metric(name string) (float64, error) {
+	found := false
+	var value float64
+	err := s.scanMetrics(func(line string) error {
+		if found || !strings.HasPrefix(line, name+" ") {
+			return nil
+		}
+		found = true
+		var err error
+		value, err = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+		return err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("metric %s not found", name)
+	}
+	return value, err
+}
+
+// metricSum is the sum of every series of metric name, whatever their
+// labels (0 when it has none yet).
+func (s *server) metricSum(name string) (float64, error) {
+	var sum float64
+	err := s.scanMetrics(func(line string) error {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			return nil
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		sum += v
+		return err
+	})
+	return sum, err
+}
+
+// scanMetrics calls each with every line of the server's /metrics.
+func (s *server) scanMetrics(each func(line string) error) error {
 	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := s.http().Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") {
-			return strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+		if err := each(sc.Text()); err != nil {
+			return fmt.Errorf("reading /metrics: %w", err)
 		}
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return sc.Err()
 }
 
 // selfCPUSeconds is the CPU time (user and system) this bench process has
