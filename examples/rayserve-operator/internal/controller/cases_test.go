@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/diff"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -302,6 +303,30 @@ func lifecycleCases() []testCase {
 			h.expectGone(&appsv1.Deployment{}, rs.Name)
 			h.expectGone(&corev1.Service{}, rs.Name)
 			h.expectGone(&corev1.ConfigMap{}, rs.Name+"-config")
+		}},
+		{name: "steady/no-needless-update", run: func(h *harness) {
+			// What the operator would write over its reconciled children
+			// is what the API server stored, defaults included: a steady
+			// RayServe costs no update that changes nothing.
+			rs := h.create("rs", variantNamed("big-config").spec)
+			found := h.expectChildren(rs.Name)
+			r := &RayServeReconciler{Scheme: newScheme()}
+			stored := h.get(&appsv1.Deployment{}, rs.Name).(*appsv1.Deployment)
+			wanted := stored.DeepCopy()
+			if err := r.mutateDeployment(wanted, h.get(&servingv1alpha1.RayServe{}, rs.Name).(*servingv1alpha1.RayServe), found.hash); err != nil {
+				h.t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(stored, wanted) {
+				h.t.Fatalf("the reconciled Deployment would be updated again:\n%s", diff.Diff(stored, wanted))
+			}
+			svc := h.get(&corev1.Service{}, rs.Name).(*corev1.Service)
+			wantedSvc := svc.DeepCopy()
+			if err := r.mutateService(wantedSvc, h.get(&servingv1alpha1.RayServe{}, rs.Name).(*servingv1alpha1.RayServe)); err != nil {
+				h.t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(svc, wantedSvc) {
+				h.t.Fatalf("the reconciled Service would be updated again:\n%s", diff.Diff(svc, wantedSvc))
+			}
 		}},
 		{name: "delete/recreate-same-name", run: func(h *harness) {
 			rs := h.create("rs", servingv1alpha1.RayServeSpec{Image: "first"})

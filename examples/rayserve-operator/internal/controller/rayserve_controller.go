@@ -118,49 +118,90 @@ func desiredReplicas(rs *servingv1alpha1.RayServe) int32 {
 
 func (r *RayServeReconciler) reconcileDeployment(ctx context.Context, rs *servingv1alpha1.RayServe, hash string) (*appsv1.Deployment, error) {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: rs.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, d, func() error {
-		labels := labelsFor(rs)
-		replicas := desiredReplicas(rs)
-		d.Labels = labels
-		d.Spec.Replicas = &replicas
-		d.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
-		d.Spec.Template.Labels = labels
-		d.Spec.Template.Annotations = map[string]string{ConfigHashAnnotation: hash}
-		d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "serve-config", VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(rs)}}}}}
-		d.Spec.Template.Spec.Containers = []corev1.Container{{
-			Name:         "ray-serve",
-			Image:        rs.Spec.Image,
-			Ports:        []corev1.ContainerPort{{Name: "serve", ContainerPort: rs.Spec.Port, Protocol: corev1.ProtocolTCP}},
-			VolumeMounts: []corev1.VolumeMount{{Name: "serve-config", MountPath: "/etc/ray-serve"}},
-		}}
-		return controllerutil.SetControllerReference(rs, d, r.Scheme)
-	})
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, d, func() error { return r.mutateDeployment(d, rs, hash) })
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s: %w", d.Name, err)
 	}
 	return d, nil
 }
 
+// mutateDeployment makes d (as stored, or new) the Deployment rs wants.
+func (r *RayServeReconciler) mutateDeployment(d *appsv1.Deployment, rs *servingv1alpha1.RayServe, hash string) error {
+	labels := labelsFor(rs)
+	replicas := desiredReplicas(rs)
+	d.Labels = labels
+	d.Spec.Replicas = &replicas
+	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	d.Spec.Template.Labels = labels
+	d.Spec.Template.Annotations = map[string]string{ConfigHashAnnotation: hash}
+	pod := &d.Spec.Template.Spec
+	pod.Volumes = []corev1.Volume{withVolumeDefaults(corev1.Volume{Name: "serve-config", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(rs)}}}}, pod.Volumes)}
+	pod.Containers = []corev1.Container{withContainerDefaults(corev1.Container{
+		Name:         "ray-serve",
+		Image:        rs.Spec.Image,
+		Ports:        []corev1.ContainerPort{{Name: "serve", ContainerPort: rs.Spec.Port, Protocol: corev1.ProtocolTCP}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "serve-config", MountPath: "/etc/ray-serve"}},
+	}, pod.Containers)}
+	return controllerutil.SetControllerReference(rs, d, r.Scheme)
+}
+
+// withContainerDefaults gives the container the operator wants what the
+// API server defaulted in the stored container of the same name. The
+// operator owns the pod template's containers and replaces them whole, so
+// drift is undone; without the defaults the wanted container would differ
+// from the stored one at every reconcile, and CreateOrUpdate would send an
+// update that changes nothing.
+func withContainerDefaults(want corev1.Container, stored []corev1.Container) corev1.Container {
+	for _, c := range stored {
+		if c.Name != want.Name {
+			continue
+		}
+		want.TerminationMessagePath = c.TerminationMessagePath
+		want.TerminationMessagePolicy = c.TerminationMessagePolicy
+		// The default pull policy follows the image's tag: kept only for
+		// the same image.
+		if c.Image == want.Image {
+			want.ImagePullPolicy = c.ImagePullPolicy
+		}
+	}
+	return want
+}
+
+// withVolumeDefaults gives the ConfigMap volume the operator wants the
+// file mode the API server defaulted in the stored volume of the same name
+// (see withContainerDefaults).
+func withVolumeDefaults(want corev1.Volume, stored []corev1.Volume) corev1.Volume {
+	for _, v := range stored {
+		if v.Name == want.Name && v.ConfigMap != nil && want.ConfigMap != nil && v.ConfigMap.Name == want.ConfigMap.Name {
+			want.ConfigMap.DefaultMode = v.ConfigMap.DefaultMode
+		}
+	}
+	return want
+}
+
 func (r *RayServeReconciler) reconcileService(ctx context.Context, rs *servingv1alpha1.RayServe) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: rs.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
-		svc.Labels = labelsFor(rs)
-		svc.Spec.Selector = labelsFor(rs)
-		svc.Spec.Type = rs.Spec.ServiceType
-		port := corev1.ServicePort{Name: "serve", Port: rs.Spec.Port, TargetPort: intstr.FromString("serve"), Protocol: corev1.ProtocolTCP}
-		// Keep the NodePort the API server allocated: clearing it would
-		// ask for a new one on every update.
-		if len(svc.Spec.Ports) == 1 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
-			port.NodePort = svc.Spec.Ports[0].NodePort
-		}
-		svc.Spec.Ports = []corev1.ServicePort{port}
-		return controllerutil.SetControllerReference(rs, svc, r.Scheme)
-	})
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error { return r.mutateService(svc, rs) })
 	if err != nil {
 		return fmt.Errorf("service %s: %w", svc.Name, err)
 	}
 	return nil
+}
+
+// mutateService makes svc (as stored, or new) the Service rs wants.
+func (r *RayServeReconciler) mutateService(svc *corev1.Service, rs *servingv1alpha1.RayServe) error {
+	svc.Labels = labelsFor(rs)
+	svc.Spec.Selector = labelsFor(rs)
+	svc.Spec.Type = rs.Spec.ServiceType
+	port := corev1.ServicePort{Name: "serve", Port: rs.Spec.Port, TargetPort: intstr.FromString("serve"), Protocol: corev1.ProtocolTCP}
+	// Keep the NodePort the API server allocated: clearing it would
+	// ask for a new one on every update.
+	if len(svc.Spec.Ports) == 1 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		port.NodePort = svc.Spec.Ports[0].NodePort
+	}
+	svc.Spec.Ports = []corev1.ServicePort{port}
+	return controllerutil.SetControllerReference(rs, svc, r.Scheme)
 }
 
 // updateStatus records the outcome of a reconcile: Reconciled says whether
