@@ -139,16 +139,11 @@ func processRSS(pid int) (float64, error) {
 // compares before and after (requests per verb and resource, queue
 // figures).
 func (s *server) saveMetrics(path string) error {
-	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := s.http().Do(req)
+	resp, err := s.getMetrics()
 	if err != nil {
-		return fmt.Errorf("reading /metrics: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("reading /metrics: %s", resp.Status)
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -198,9 +193,7 @@ func (s *server) metricSum(name string) (float64, error) {
 
 // scanMetrics calls each with every line of the server's /metrics.
 func (s *server) scanMetrics(each func(line string) error) error {
-	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := s.http().Do(req)
+	resp, err := s.getMetrics()
 	if err != nil {
 		return err
 	}
@@ -213,6 +206,21 @@ func (s *server) scanMetrics(each func(line string) error) error {
 		}
 	}
 	return sc.Err()
+}
+
+// getMetrics asks the server for its /metrics; the caller closes the body.
+func (s *server) getMetrics() (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", s.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.http().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading /metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("reading /metrics: %s", resp.Status)
+	}
+	return resp, nil
 }
 
 // selfCPUSeconds is the CPU time (user and system) this bench process has
