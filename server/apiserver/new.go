@@ -150,13 +150,12 @@ func (c CompletedConfig) newControlPlane() (*controlplaneapiserver.Server, error
 	return server, nil
 }
 
-// unlimitedLoopback is the in-process client configuration: served by the
-// server's handler without the network (loopback.InProcess). In-process
+// unlimitedLoopback is the in-process client configuration. In-process
 // clients are not rate limited (client-go's default is 5 requests per
 // second): they serve every plane at once, and the server's max-in-flight
 // limits bound them like any client.
 func unlimitedLoopback(server *genericapiserver.GenericAPIServer) *rest.Config {
-	config := loopback.InProcess(server.LoopbackClientConfig, server.Handler)
+	config := rest.CopyConfig(server.LoopbackClientConfig)
 	config.QPS = -1
 	return config
 }
