@@ -1300,3 +1300,47 @@ func ownerWithDependents(t *testing.T, c kubernetes.Interface, n int) []string {
 	}
 	return names
 }
+
+// TestMemberSeesTemplatesLastWrite: a member made the moment after its
+// template's last write reads that write at once, in a list (from the
+// watch cache) as in a get, as a copy made then would hold it.
+func TestMemberSeesTemplatesLastWrite(t *testing.T) {
+	t.Parallel()
+	s := shared
+	ctx := context.Background()
+	tmpl := uniquePlane(t, "last-tmpl")
+	createPlane(t, s, tmpl, "")
+	ct := s.Client(t, tmpl)
+	planesClient := s.Dynamic(t, "root").Resource(planesGVR)
+	for round := 0; round < 20; round++ {
+		name := fmt.Sprintf("last-%d", round)
+		if _, err := ct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		member := uniquePlane(t, fmt.Sprintf("last-m%d", round))
+		if _, err := planesClient.Create(ctx, newPlane(member, map[string]any{"template": tmpl}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cm := s.Client(t, member).CoreV1().ConfigMaps("default")
+		list, err := cm.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != round+2 { // kube-root-ca.crt and every round's
+			t.Fatalf("round %d: member %s lists %d ConfigMaps, its template holds %d", round, member, len(list.Items), round+2)
+		}
+		if _, err := cm.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("round %d: member %s: %v", round, member, err)
+		}
+		// Unfreeze the template for the next round's write.
+		if err := planesClient.Delete(ctx, member, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "member "+member+" gone", func(ctx context.Context) error {
+			if _, err := planesClient.Get(ctx, member, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+	}
+}
