@@ -92,6 +92,8 @@ func (o *Options) Flags() []cli.Flag {
 			Usage: "pods each simulated node holds"},
 		&cli.DurationFlag{Name: "simulation-run-duration", Value: o.SimulationRunDuration, Destination: &o.SimulationRunDuration, EnvVars: []string{"KPLANE_SIMULATION_RUN_DURATION"},
 			Usage: "how long a run-to-completion pod (restartPolicy Never or OnFailure) runs before it succeeds; a pod's kplane.dev/run-duration annotation overrides it"},
+		&cli.DurationFlag{Name: "simulation-ready-delay", Value: o.SimulationReadyDelay, Destination: &o.SimulationReadyDelay, EnvVars: []string{"KPLANE_SIMULATION_READY_DELAY"},
+			Usage: "how long a pod runs before its containers are ready (0: at once); a plane's spec.simulation.readyDelay and a pod's kplane.dev/ready-delay annotation override it"},
 		&cli.IntFlag{Name: "v", Value: o.Verbosity, Destination: &o.Verbosity, EnvVars: []string{"KPLANE_V"},
 			Usage: "verbosity of the Kubernetes components' logs (klog -v)"},
 		&cli.StringFlag{Name: "log-format", Value: o.LogFormat, Destination: &o.LogFormat, EnvVars: []string{"KPLANE_LOG_FORMAT"},

@@ -92,6 +92,8 @@ type Options struct {
 	SimulationNodePods   int
 	// SimulationRunDuration is how long a run-to-completion pod runs.
 	SimulationRunDuration time.Duration
+	// SimulationReadyDelay is how long a pod runs before it is Ready.
+	SimulationReadyDelay time.Duration
 
 	// MaxPlanes caps the number of planes (0: no limit).
 	MaxPlanes int

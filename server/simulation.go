@@ -33,11 +33,15 @@ func (o *Options) simulationOptions() (*simulation.Options, error) {
 	if o.SimulationRunDuration < 0 {
 		return nil, fmt.Errorf("--simulation-run-duration %s: must not be negative", o.SimulationRunDuration)
 	}
+	if o.SimulationReadyDelay < 0 {
+		return nil, fmt.Errorf("--simulation-ready-delay %s: must not be negative", o.SimulationReadyDelay)
+	}
 	options := simulation.DefaultOptions()
 	options.Nodes = nodes.Shape{
 		Count: o.SimulationNodes, CPU: cpu, Memory: memory,
 		Pods: *resource.NewQuantity(int64(o.SimulationNodePods), resource.DecimalSI), KubeletVersion: version.Kubernetes(),
 	}
 	options.RunDuration = o.SimulationRunDuration
+	options.ReadyDelay = o.SimulationReadyDelay
 	return &options, nil
 }

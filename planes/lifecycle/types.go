@@ -53,6 +53,8 @@ type SimulationSpec struct {
 	Nodes *nodes.Spec `json:"nodes,omitempty"`
 	// RunDuration of the plane's run-to-completion pods.
 	RunDuration *metav1.Duration `json:"runDuration,omitempty"`
+	// ReadyDelay is how long the plane's pods run before they are Ready.
+	ReadyDelay *metav1.Duration `json:"readyDelay,omitempty"`
 }
 
 // NodeSpec returns the node shape set for p, or nil.

@@ -43,6 +43,8 @@ type Options struct {
 	Nodes nodes.Shape
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
+	// ReadyDelay is how long a pod runs before its containers are ready.
+	ReadyDelay time.Duration
 	// Workers per upstream controller. kube-controller-manager's
 	// --concurrent-*-syncs default is 5 for one cluster; here one
 	// controller serves every plane and each sync waits on its writes.
@@ -162,7 +164,7 @@ func (s *Simulation) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, Planes: s.config.Planes}, s.client, s.routed, inf)
+	kube, err := kubelet.New(kubelet.Config{RunDuration: s.config.RunDuration, ReadyDelay: s.config.ReadyDelay, Planes: s.config.Planes}, s.client, s.routed, inf)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,9 @@ func planeSettings(obj any) kubelet.PlaneSettings {
 	if d := plane.Spec.Simulation.RunDuration; d != nil {
 		settings.RunDuration = d.Duration
 	}
+	if d := plane.Spec.Simulation.ReadyDelay; d != nil {
+		settings.ReadyDelay = d.Duration
+	}
 	return settings
 }
 

@@ -159,6 +159,90 @@ func TestWorkloadsPlaneRunDuration(t *testing.T) {
 	}
 }
 
+// TestWorkloadsReadyDelay: a plane's readyDelay keeps its pods Running and
+// not Ready (a Deployment not Available) until it has passed, a change
+// applies to pods already running, a pod's kplane.dev/ready-delay
+// annotation wins, and a Job's pod completes whether or not it was ever
+// ready.
+func TestWorkloadsReadyDelay(t *testing.T) {
+	t.Parallel()
+	s := shared
+	plane := uniquePlane(t, "ready-delay")
+	createPlane(t, s, plane, "")
+	patch := func(d string) error {
+		_, err := s.Dynamic(t, "root").Resource(planesGVR).Patch(t.Context(), plane, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"simulation":{"readyDelay":%q}}}`, d)), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch("1h"); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, plane)
+	s.MustKubectl(t, plane, "", "create", "deployment", "web", "--image=nginx", "--replicas=2")
+	warmingUp := func(ctx context.Context) error {
+		list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 2 {
+			return fmt.Errorf("%d pods, want 2", len(list.Items))
+		}
+		for _, p := range list.Items {
+			st := p.Status.ContainerStatuses
+			if p.Status.Phase != corev1.PodRunning || podReady(&p) || len(st) != 1 || st[0].Ready ||
+				st[0].State.Running == nil || st[0].Started == nil || !*st[0].Started {
+				return fmt.Errorf("pod %s: phase %s, ready %t, statuses %+v", p.Name, p.Status.Phase, podReady(&p), st)
+			}
+		}
+		d, err := c.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != 0 || d.Status.AvailableReplicas != 0 {
+			return fmt.Errorf("deployment web: %d ready, %d available", d.Status.ReadyReplicas, d.Status.AvailableReplicas)
+		}
+		return nil
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "web's pods running, not ready", warmingUp)
+	framework.Consistently(t, 2*time.Second, "web's pods still not ready", warmingUp)
+	if err := patch("100ms"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Kubectl(t, plane, "", "rollout", "status", "deployment/web", "--timeout="+framework.DefaultTimeout.String()); err != nil {
+		t.Fatalf("rollout of web after readyDelay 100ms: %v\n%s", err, out)
+	}
+
+	// The annotation wins over the plane's 100 ms: not ready before 2 s.
+	created := time.Now()
+	if _, err := c.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow", Labels: map[string]string{"role": "slow"},
+			Annotations: map[string]string{"kplane.dev/ready-delay": "2s"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "nginx"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, framework.DefaultTimeout, "pod slow ready", func(ctx context.Context) error {
+		_, err := runningPods(ctx, c, "default", "role=slow", 1, "nginx")
+		return err
+	})
+	if waited := time.Since(created); waited < 2*time.Second {
+		t.Fatalf("pod slow was ready %s after its create, before its 2 s ready delay", waited)
+	}
+
+	// A Job's pod that would be ready in an hour completes after its run.
+	s.MustKubectl(t, plane, "", "create", "job", "once", "--image=trainer:1")
+	if err := patch("1h"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Kubectl(t, plane, "", "wait", "--for=condition=Complete", "job/once",
+		"--timeout="+framework.DefaultTimeout.String()); err != nil {
+		t.Fatalf("job once with readyDelay 1h: %v\n%s", err, out)
+	}
+	if err := patch("soon"); !apierrors.IsInvalid(err) {
+		t.Fatalf("readyDelay soon: want 422, got %v", err)
+	}
+}
+
 // nodeReadyTaints reports whether plane's node is Ready and whether it
 // carries the not-ready taints.
 func nodeReadyTaints(ctx context.Context, c kubernetes.Interface, name string) (ready, tainted bool, err error) {

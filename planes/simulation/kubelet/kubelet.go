@@ -23,11 +23,19 @@ import (
 // a run-to-completion pod succeeds (a Go duration, e.g. "30s").
 const RunDurationAnnotation = "kplane.dev/run-duration"
 
+// ReadyDelayAnnotation on a pod sets how long its containers run before
+// they are ready (a Go duration, e.g. "2s"): the time a readiness probe
+// would take to pass, which the simulation does not run.
+const ReadyDelayAnnotation = "kplane.dev/ready-delay"
+
 // Config is how the simulated kubelet behaves.
 type Config struct {
 	// RunDuration is how long a run-to-completion pod runs.
 	RunDuration time.Duration
-	Workers     int
+	// ReadyDelay is how long a pod runs before its containers are ready
+	// (0: at once).
+	ReadyDelay time.Duration
+	Workers    int
 	// Planes returns what a plane's Plane sets for its simulation (nil:
 	// nothing anywhere).
 	Planes func(plane string) PlaneSettings
@@ -38,6 +46,8 @@ type PlaneSettings struct {
 	Faults []faults.Fault
 	// RunDuration of the plane's run-to-completion pods (0: the server's).
 	RunDuration time.Duration
+	// ReadyDelay of the plane's pods (0: the server's).
+	ReadyDelay time.Duration
 }
 
 // Kubelet runs the pods of the simulated nodes.
@@ -181,18 +191,43 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 		return k.play(ctx, key, pod, node, f, ci)
 	}
 	switch {
-	case pod.Status.Phase == corev1.PodRunning && faulted(pod):
-		return k.recover(ctx, pod, node)
 	case pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "":
-		return k.start(ctx, pod, node)
-	case pod.Status.Phase == corev1.PodRunning && runsToCompletion(pod):
-		if left := k.runDuration(pod) - time.Since(k.startTime(pod)); left > 0 {
-			k.queue.AddAfter(key, left)
+		return k.start(ctx, key, pod, node)
+	case pod.Status.Phase != corev1.PodRunning:
+		return nil
+	case runsToCompletion(pod) && k.runLeft(pod) <= 0:
+		// A pod that runs to completion may end before it was ever ready.
+		return k.complete(ctx, pod)
+	case faulted(pod):
+		// Not ready yet (its ready delay), or a fault was lifted.
+		if left := k.readyLeft(pod); left > 0 {
+			k.wakeUp(key, pod, left)
 			return nil
 		}
-		return k.complete(ctx, pod)
+		return k.recover(ctx, pod, node)
+	case runsToCompletion(pod):
+		k.queue.AddAfter(key, k.runLeft(pod))
 	}
 	return nil
+}
+
+// wakeUp queues pod again when its readiness is due in left, or sooner
+// when it runs to completion before that.
+func (k *Kubelet) wakeUp(key string, pod *corev1.Pod, left time.Duration) {
+	if runsToCompletion(pod) {
+		left = min(left, k.runLeft(pod))
+	}
+	k.queue.AddAfter(key, left)
+}
+
+// runLeft is how long a run-to-completion pod still runs.
+func (k *Kubelet) runLeft(pod *corev1.Pod) time.Duration {
+	return k.runDuration(pod) - time.Since(k.startTime(pod))
+}
+
+// readyLeft is how long a running pod's containers still wait to be ready.
+func (k *Kubelet) readyLeft(pod *corev1.Pod) time.Duration {
+	return k.readyDelay(pod) - time.Since(k.startTime(pod))
 }
 
 // remove ends a graceful deletion: the containers are gone at once.
@@ -217,6 +252,18 @@ func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
 		return d
 	}
 	return k.config.RunDuration
+}
+
+func (k *Kubelet) readyDelay(pod *corev1.Pod) time.Duration {
+	if v, ok := pod.Annotations[ReadyDelayAnnotation]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d
+		}
+	}
+	if d := k.settings(planens.Plane(pod.Namespace)).ReadyDelay; d > 0 {
+		return d
+	}
+	return k.config.ReadyDelay
 }
 
 func runsToCompletion(pod *corev1.Pod) bool {

@@ -12,8 +12,9 @@ import (
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
-// start writes pod as running on node.
-func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node) error {
+// start writes pod as running on node: ready at once, or not ready until
+// its ready delay has passed (pod is queued again for then).
+func (k *Kubelet) start(ctx context.Context, key string, pod *corev1.Pod, node *corev1.Node) error {
 	ip, err := k.ips.assign(pod, node)
 	if err != nil {
 		return err
@@ -36,23 +37,25 @@ func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node *corev1.Node)
 		status.Ready = true
 		s.InitContainerStatuses = append(s.InitContainerStatuses, status)
 	}
+	delay := k.readyDelay(pod)
 	s.ContainerStatuses = make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
 	for _, c := range pod.Spec.Containers {
 		status := newContainerStatus(pod, c)
 		status.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 		started := true
-		status.Started, status.Ready = &started, true
+		status.Started, status.Ready = &started, delay == 0
 		s.ContainerStatuses = append(s.ContainerStatuses, status)
 	}
-	for _, t := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized,
-		corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled} {
-		podutil.UpdatePodCondition(s, &corev1.PodCondition{Type: t, Status: corev1.ConditionTrue})
-	}
+	setReadiness(s)
 	if err := k.writeStatus(ctx, updated); err != nil {
 		return err
 	}
-	if runsToCompletion(pod) {
+	// The status keeps whole seconds: the delays count from this moment.
+	if runsToCompletion(pod) || delay > 0 {
 		k.ips.started(pod, now.Time)
+	}
+	if delay > 0 {
+		k.wakeUp(key, updated, delay)
 	}
 	return nil
 }
