@@ -243,27 +243,24 @@ func (k *Kubelet) remove(ctx context.Context, pod *corev1.Pod) error {
 }
 
 func (k *Kubelet) runDuration(pod *corev1.Pod) time.Duration {
-	if v, ok := pod.Annotations[RunDurationAnnotation]; ok {
-		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			return d
-		}
-	}
-	if d := k.settings(planens.Plane(pod.Namespace)).RunDuration; d > 0 {
-		return d
-	}
-	return k.config.RunDuration
+	return firstDuration(pod.Annotations[RunDurationAnnotation], k.settings(planens.Plane(pod.Namespace)).RunDuration, k.config.RunDuration)
 }
 
 func (k *Kubelet) readyDelay(pod *corev1.Pod) time.Duration {
-	if v, ok := pod.Annotations[ReadyDelayAnnotation]; ok {
-		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			return d
-		}
-	}
-	if d := k.settings(planens.Plane(pod.Namespace)).ReadyDelay; d > 0 {
+	return firstDuration(pod.Annotations[ReadyDelayAnnotation], k.settings(planens.Plane(pod.Namespace)).ReadyDelay, k.config.ReadyDelay)
+}
+
+// firstDuration is the pod's own setting (an annotation; one that does not
+// parse as a duration of at least 0 is ignored), else its plane's (0: not
+// set), else the server's.
+func firstDuration(annotation string, plane, server time.Duration) time.Duration {
+	if d, err := time.ParseDuration(annotation); err == nil && d >= 0 {
 		return d
 	}
-	return k.config.ReadyDelay
+	if plane > 0 {
+		return plane
+	}
+	return server
 }
 
 func runsToCompletion(pod *corev1.Pod) bool {
