@@ -217,6 +217,33 @@ class TemplatesTest(ServerTestCase):
         self.assertIsNotNone(eventually(cured), self.client.request("GET", pods + "/web").get("status"))
 
 
+    def test_timings(self) -> None:
+        plane = self.client.create_plane(unique("timings"))
+        plane.wait_until_ready(timeout=30)
+        plane.set_timings(run_duration=timedelta(milliseconds=200), ready_delay="1h")
+        spec = self.client.request("GET", f"/apis/kplane.dev/v1/planes/{plane.name}")["spec"]["simulation"]
+        self.assertEqual((spec["runDuration"], spec["readyDelay"]), ("200ms", "1h"))
+        with self.assertRaises(kplane.InvalidError):
+            plane.set_timings(ready_delay=-1)
+        pods = plane.path("/api/v1/namespaces/default/pods")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+               "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        self.client.request("POST", pods, body=pod)
+
+        def ready_is(want):
+            status = self.client.request("GET", pods + "/web").get("status", {})
+            ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+            return status.get("phase") == "Running" and ready and ready[0]["status"] == want
+
+        self.assertTrue(eventually(lambda: ready_is("False")), self.client.request("GET", pods + "/web").get("status"))
+        plane.set_timings(ready_delay=0.1)
+        self.assertTrue(eventually(lambda: ready_is("True")), self.client.request("GET", pods + "/web").get("status"))
+        plane.set_timings()
+        spec = self.client.request("GET", f"/apis/kplane.dev/v1/planes/{plane.name}")["spec"].get("simulation", {})
+        self.assertNotIn("readyDelay", spec)
+        self.assertNotIn("runDuration", spec)
+
+
 class LimitsTest(ServerTestCase):
     def test_limits_usage_and_refusal(self) -> None:
         plane = self.client.create_plane(unique("limits"), limits=kplane.PlaneLimits(max_objects=2))

@@ -13,6 +13,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, AsyncIterator, Callable, Generic, Iterable, Mapping, TypeVar
 
 from ._http import QueryValue
@@ -252,6 +253,14 @@ class AsyncPlane:
     async def set_nodes(self, nodes: Mapping[str, Any]) -> None:
         """See :meth:`kplane.Plane.set_nodes`."""
         await self.client._run(self.sync.set_nodes, dict(nodes))
+
+    async def set_timings(
+        self,
+        run_duration: str | float | timedelta | None = None,
+        ready_delay: str | float | timedelta | None = None,
+    ) -> None:
+        """See :meth:`kplane.Plane.set_timings`."""
+        await self.client._run(self.sync.set_timings, run_duration, ready_delay)
 
     async def state(
         self,

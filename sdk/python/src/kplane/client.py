@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from . import kubeconfig as _kubeconfig
@@ -372,6 +372,23 @@ class Plane:
         nodes are made: set it before the plane's first Pod."""
         self._patch_simulation({"nodes": dict(nodes)})
 
+    def set_timings(
+        self,
+        run_duration: str | float | timedelta | None = None,
+        ready_delay: str | float | timedelta | None = None,
+    ) -> None:
+        """Replace how long this plane's simulated Pods take (``None``: the
+        server's default): ``run_duration``, how long a run-to-completion Pod
+        (a Job's) runs before it succeeds; ``ready_delay``, how long a Pod
+        runs before its containers are ready (a readiness probe's time to
+        pass; the server's default is 0, ready at once). Each is a Go
+        duration such as ``"200ms"``, seconds, or a ``timedelta``; a change
+        applies to running Pods too, and a Pod's ``kplane.dev/run-duration``
+        or ``kplane.dev/ready-delay`` annotation still wins. Needs the admin
+        (root) credential; a negative or malformed duration raises
+        :class:`kplane.InvalidError`."""
+        self._patch_simulation({"runDuration": _duration(run_duration), "readyDelay": _duration(ready_delay)})
+
     def set_limits(self, limits: PlaneLimits | None) -> None:
         """Replace this plane's limits (``None``: the server's defaults);
         they hold from the plane's next request. Needs the admin (root)
@@ -572,6 +589,15 @@ class StateWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _duration(d: str | float | timedelta | None) -> str | None:
+    """A duration as the API takes it (a Go duration string); None stays
+    None, which a merge patch removes."""
+    if d is None or isinstance(d, str):
+        return d
+    seconds = d.total_seconds() if isinstance(d, timedelta) else float(d)
+    return f"{round(seconds * 1000)}ms"
 
 
 def _since(since: int | str | datetime | None) -> str | None:
