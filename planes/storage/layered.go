@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
+
+	"kplane.dev/kplane/planes"
 )
 
 // A plane made from a template stores only its own layer: the objects it
@@ -46,10 +49,15 @@ func (s *Store) record(ctx context.Context, plane, key string, opts storage.GetO
 
 // inherited returns what plane's templates (chain, nearest first) hold
 // visibly at key: nil when none holds it or the nearest record is a
-// tombstone. Templates are read-only while used, so their caches serve.
+// tombstone. Templates are read-only while used, so their caches serve
+// (templateRevision).
 func (s *Store) inherited(ctx context.Context, chain []string, key string) (runtime.Object, error) {
 	for _, layer := range chain {
-		rec, err := s.record(ctx, layer, key, storage.GetOptions{ResourceVersion: "0"})
+		opts := storage.GetOptions{ResourceVersion: s.templateRevision(layer)}
+		rec, err := s.record(ctx, layer, key, opts)
+		if opts.ResourceVersion != "0" && storage.IsTooLargeResourceVersion(err) {
+			rec, err = s.record(ctx, layer, key, storage.GetOptions{})
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -106,6 +114,24 @@ func setInto(out, obj runtime.Object) error {
 	return nil
 }
 
+// templateRevision is the revision a template layer is read at from the
+// watch cache: no older than every write of the resource this server
+// acknowledged. A member can be made the moment after its template's last
+// write, before the cache holds it, and the template never tells its
+// members of a write (it is frozen from then on): a read of the cache as
+// it was would miss the write for good, in an informer's first list as
+// in a get. The cache waits for that write's own event; a base plane,
+// written before the server serves, is read as the cache holds it.
+func (s *Store) templateRevision(layer string) string {
+	if planes.IsBase(layer) {
+		return "0"
+	}
+	if rv, ok := s.acknowledged(); ok && rv > 0 {
+		return strconv.FormatUint(rv, 10)
+	}
+	return "0"
+}
+
 // objectKey is the unscoped storage key of a stored object.
 func (s *Store) objectKey(obj runtime.Object) (string, error) {
 	accessor, err := meta.Accessor(obj)
@@ -148,25 +174,34 @@ func (s *Store) layerList(ctx context.Context, layer, key string, opts storage.L
 
 // merged is plane's view under key: every layer's records, nearest layer
 // winning, tombstones dropped, objects in plane's served form, sorted by
-// key. own are the options of plane's own layer's read.
+// key. own are the options of plane's own layer's read; the templates'
+// are read from the watch cache (templateRevision).
 func (s *Store) merged(ctx context.Context, plane string, chain []string, key string, own storage.ListOptions) ([]string, map[string]runtime.Object, string, error) {
 	view := map[string]runtime.Object{}
 	var rv string
-	// Deepest template first, the plane's own records last: a nearer
-	// layer's record of a key wins.
-	for i := len(chain); i >= 0; i-- {
-		layer, opts := plane, own
+	for i, layer := range append([]string{plane}, chain...) {
+		opts := own
 		if i > 0 {
-			layer, opts = chain[i-1], storage.ListOptions{ResourceVersion: "0", Recursive: own.Recursive}
+			opts = storage.ListOptions{ResourceVersion: s.templateRevision(layer), Recursive: own.Recursive}
+			if opts.ResourceVersion != "0" {
+				opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+			}
 		}
 		records, listRV, err := s.layerList(ctx, layer, key, opts)
+		if opts.ResourceVersionMatch == metav1.ResourceVersionMatchNotOlderThan && i > 0 && storage.IsTooLargeResourceVersion(err) {
+			// The cache did not catch up within its wait: the datastore.
+			records, listRV, err = s.layerList(ctx, layer, key, storage.ListOptions{Recursive: own.Recursive})
+		}
 		if err != nil {
 			return nil, nil, "", err
 		}
 		for k, obj := range records {
-			view[k] = obj
+			// A nearer layer's record of a key wins.
+			if _, nearer := view[k]; !nearer {
+				view[k] = obj
+			}
 		}
-		if layer == plane {
+		if i == 0 {
 			rv = listRV
 		}
 	}
