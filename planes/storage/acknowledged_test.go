@@ -53,29 +53,8 @@ func TestAcknowledgedWritesAreWaitedFor(t *testing.T) {
 // Through a real datastore and watch cache: every object created is in
 // the list of the cache read right after, no older than the write.
 func TestCacheReadsNoOlderThanWrites(t *testing.T) {
-	ctx, d := testDatastore(t)
-	r := NewRegistry()
-	r.CacheEveryResource()
-	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
-	config.Transport.ServerList = d.Endpoints
-	gr := schema.GroupResource{Resource: "things"}
-	built, release, err := r.decorate(gr, "", registry.StorageWithCacher())(config.ForResource(gr), "/things",
-		objectKeyFunc("/things"), func() runtime.Object { return &unstructured.Unstructured{} },
-		func() runtime.Object { return &unstructured.UnstructuredList{} }, storage.DefaultNamespaceScopedAttr, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	s := built.(*Store)
+	ctx, s := cachedThings(t, NewRegistry())
 	ctx = planes.WithPlane(ctx, "p")
-	ready := func(ctx context.Context) (bool, error) {
-		err := s.GetList(ctx, "/things/ns", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything},
-			&unstructured.UnstructuredList{})
-		return err == nil, nil
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, ready); err != nil {
-		t.Fatalf("the watch cache never became ready: %v", err)
-	}
 	for i := range 50 {
 		obj := counted("p", fmt.Sprintf("thing-%d", i), 0, "x")
 		obj.SetNamespace("ns")
@@ -92,6 +71,35 @@ func TestCacheReadsNoOlderThanWrites(t *testing.T) {
 			t.Fatalf("the cache read right after create %d lists %d objects", i+1, n)
 		}
 	}
+}
+
+// cachedThings builds a namespaced resource "things" of r on a real
+// kine/SQLite datastore with a watch cache, and waits until the cache
+// serves.
+func cachedThings(t *testing.T, r *Registry) (context.Context, *Store) {
+	t.Helper()
+	ctx, d := testDatastore(t)
+	r.CacheEveryResource()
+	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
+	config.Transport.ServerList = d.Endpoints
+	gr := schema.GroupResource{Resource: "things"}
+	built, release, err := r.decorate(gr, "", registry.StorageWithCacher())(config.ForResource(gr), "/things",
+		objectKeyFunc("/things"), func() runtime.Object { return &unstructured.Unstructured{} },
+		func() runtime.Object { return &unstructured.UnstructuredList{} }, storage.DefaultNamespaceScopedAttr, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	s := built.(*Store)
+	ready := func(ctx context.Context) (bool, error) {
+		err := s.GetList(planes.WithPlane(ctx, "p"), "/things/ns", storage.ListOptions{ResourceVersion: "0", Recursive: true,
+			Predicate: storage.Everything}, &unstructured.UnstructuredList{})
+		return err == nil, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, ready); err != nil {
+		t.Fatalf("the watch cache never became ready: %v", err)
+	}
+	return ctx, s
 }
 
 // writingAt is a storage whose writes answer the revision rv, or err.

@@ -1,19 +1,12 @@
 package storage
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"kplane.dev/kplane/planes"
 )
@@ -23,32 +16,11 @@ import (
 // holding copies made then would. The template's layer is read from the
 // cache, which is a moment behind each write.
 func TestMemberListSeesTemplatesLastWrite(t *testing.T) {
-	ctx, d := testDatastore(t)
 	r := NewRegistry()
-	r.CacheEveryResource()
+	ctx, s := cachedThings(t, r)
 	// The member is made (and its template frozen) after each write.
 	alone, made := stack{}, stack{"member": "tmpl"}
-	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
-	config.Transport.ServerList = d.Endpoints
-	gr := schema.GroupResource{Resource: "things"}
-	built, release, err := r.decorate(gr, "", registry.StorageWithCacher())(config.ForResource(gr), "/things",
-		objectKeyFunc("/things"), func() runtime.Object { return &unstructured.Unstructured{} },
-		func() runtime.Object { return &unstructured.UnstructuredList{} }, storage.DefaultNamespaceScopedAttr, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	s := built.(*Store)
 	tmpl, member := planes.WithPlane(ctx, "tmpl"), planes.WithPlane(ctx, "member")
-	r.SetLayers(made)
-	ready := func(ctx context.Context) (bool, error) {
-		err := s.GetList(member, "/things/ns", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything},
-			&unstructured.UnstructuredList{})
-		return err == nil, nil
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, ready); err != nil {
-		t.Fatalf("the watch cache never became ready: %v", err)
-	}
 	for i := range 50 {
 		r.SetLayers(alone)
 		obj := counted("tmpl", fmt.Sprintf("thing-%d", i), 0, "x")
