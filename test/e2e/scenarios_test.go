@@ -1336,11 +1336,9 @@ func TestMemberSeesTemplatesLastWrite(t *testing.T) {
 		if err := planesClient.Delete(ctx, member, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, framework.DefaultTimeout, "member "+member+" gone", func(ctx context.Context) error {
-			if _, err := planesClient.Get(ctx, member, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("still there: %v", err)
-			}
-			return nil
+		waitGone(t, framework.DefaultTimeout, "member "+member, func() error {
+			_, err := planesClient.Get(ctx, member, metav1.GetOptions{})
+			return err
 		})
 	}
 }
