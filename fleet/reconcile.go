@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -79,6 +80,7 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 	if err := c.letGo(ctx, f); err != nil {
 		return 0, err
 	}
+	simulationErr := c.applySimulation(ctx, f, names, w.planeUIDs)
 	if c.probeMembers(ctx, w) {
 		requeue(probeRetry)
 	}
@@ -89,8 +91,8 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 		return 0, err
 	}
 	requeue(d)
-	if adoptErr != nil {
-		return 0, adoptErr
+	if err := errors.Join(adoptErr, simulationErr); err != nil {
+		return 0, err
 	}
 	if d, err = c.expire(ctx, f, st, now); err != nil {
 		return 0, err
@@ -230,10 +232,11 @@ func (c *Controller) provisioner(ctx context.Context) {
 func (c *Controller) provision(ctx context.Context, m member) {
 	c.mu.Lock()
 	s := c.state[m.fleet]
-	skip := s == nil || time.Now().Before(s.retryAt) || !c.wants(m.fleet, m.plane)
+	spec, live := c.liveSpec(m.fleet)
+	skip := s == nil || time.Now().Before(s.retryAt) || !live || !IsMember(&Fleet{ObjectMeta: metav1.ObjectMeta{Name: m.fleet}, Spec: *spec}, m.plane)
 	c.mu.Unlock()
 	if !skip {
-		err := c.createPlane(ctx, m)
+		err := c.createPlane(ctx, m, spec.Simulation)
 		if err == nil {
 			c.bootstrap(ctx, m.plane)
 		}
@@ -259,26 +262,25 @@ func (c *Controller) provision(ctx context.Context, m member) {
 	c.queue.AddAfter(m.fleet, eventDelay)
 }
 
-// wants reports whether a Fleet exists, is not being deleted and still
-// asks for plane (it may have been scaled down since plane was queued);
-// callers hold c.mu.
-func (c *Controller) wants(fleet, plane string) bool {
+// liveSpec returns the spec of a Fleet that exists and is not being
+// deleted (a member queued before a scale-down may no longer be asked
+// for); callers hold c.mu.
+func (c *Controller) liveSpec(fleet string) (*Spec, bool) {
 	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(fleet)
 	if !ok {
-		return false
+		return nil, false
 	}
 	u := obj.(*unstructured.Unstructured)
 	if u.GetDeletionTimestamp() != nil {
-		return false
+		return nil, false
 	}
 	// The spec only: the status of a large Fleet is most of the object.
-	f := &Fleet{}
-	f.Name = fleet
-	spec, _ := u.Object["spec"].(map[string]any)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &f.Spec); err != nil {
-		return false
+	spec := &Spec{}
+	raw, _ := u.Object["spec"].(map[string]any)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
+		return nil, false
 	}
-	return IsMember(f, plane)
+	return spec, true
 }
 
 func (c *Controller) reportCreateError(s *fleetState, missing []int, members []observed) {
@@ -297,11 +299,17 @@ func isCallerError(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
 
-func (c *Controller) createPlane(ctx context.Context, m member) error {
+// createPlane creates member m with the Fleet's simulation (nil: none),
+// so that its first Pods already run as the Fleet says.
+func (c *Controller) createPlane(ctx context.Context, m member, simulation *lifecycle.SimulationSpec) error {
 	name := m.plane
 	plane := lifecycle.NewPlane(name)
 	plane.Labels = map[string]string{Label: m.fleet}
 	plane.Spec.Template = m.template
+	if digest := simulationDigest(simulation); digest != "" {
+		plane.Annotations = map[string]string{SimulationAnnotation: digest}
+		plane.Spec.Simulation = simulation
+	}
 	_, err := c.planes.Create(ctx, plane.Unstructured(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// Created by an earlier reconcile the informer has not shown yet,
@@ -366,7 +374,9 @@ func (c *Controller) remove(ctx context.Context, f *Fleet, p *unstructured.Unstr
 		}
 		return nil
 	}
-	return c.patchPlane(ctx, p.GetName(), map[string]any{"metadata": map[string]any{"labels": map[string]any{Label: nil}}})
+	// A released plane keeps its simulation as its own.
+	return c.patchPlane(ctx, p.GetName(), map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{Label: nil}, "annotations": map[string]any{SimulationAnnotation: nil}}})
 }
 
 func (c *Controller) patchPlane(ctx context.Context, name string, patch map[string]any) error {

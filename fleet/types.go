@@ -3,6 +3,8 @@ package fleet
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"kplane.dev/kplane/planes/lifecycle"
 )
 
 // GVR is the Fleet resource, in the root plane.
@@ -57,6 +59,9 @@ type Spec struct {
 	TTLSecondsAfterReady *int64         `json:"ttlSecondsAfterReady,omitempty"`
 	// Template is the plane every member starts as (Plane.spec.template).
 	Template string `json:"template,omitempty"`
+	// Simulation is every member's Plane.spec.simulation; nil leaves the
+	// members' own alone.
+	Simulation *lifecycle.SimulationSpec `json:"simulation,omitempty"`
 }
 
 // Status is what the controller reports.

@@ -22,6 +22,7 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	}
 	sort.Strings(names)
 	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(names))
+	byName := map[string]*apiextensionsv1.CustomResourceDefinition{}
 	for _, name := range names {
 		data, err := crdFiles.ReadFile(name)
 		if err != nil {
@@ -32,6 +33,50 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out = append(out, crd)
+		byName[crd.Name] = crd
+	}
+	if err := shareSimulationSchema(byName); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// shareSimulationSchema gives the Fleet's spec.simulation the schema of
+// the Plane's: the Fleet hands its members exactly what a Plane takes,
+// and the two cannot drift apart. The Fleet keeps its own description.
+func shareSimulationSchema(crds map[string]*apiextensionsv1.CustomResourceDefinition) error {
+	planeSpec, err := specProperties(crds["planes.kplane.dev"])
+	if err != nil {
+		return err
+	}
+	fleetSpec, err := specProperties(crds["fleets.kplane.dev"])
+	if err != nil {
+		return err
+	}
+	from, ok := planeSpec["simulation"]
+	if !ok {
+		return fmt.Errorf("the Plane CRD has no spec.simulation")
+	}
+	to, ok := fleetSpec["simulation"]
+	if !ok {
+		return fmt.Errorf("the Fleet CRD has no spec.simulation")
+	}
+	shared := *from.DeepCopy()
+	shared.Description = to.Description
+	fleetSpec["simulation"] = shared
+	return nil
+}
+
+// specProperties returns the properties of spec in the schema of crd's
+// only version (the map itself: writing to it changes crd).
+func specProperties(crd *apiextensionsv1.CustomResourceDefinition) (map[string]apiextensionsv1.JSONSchemaProps, error) {
+	if crd == nil || len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Schema == nil ||
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema == nil {
+		return nil, fmt.Errorf("the Plane and Fleet CRDs must have one version with a schema each")
+	}
+	spec, ok := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	if !ok || spec.Properties == nil {
+		return nil, fmt.Errorf("%s has no spec properties in its schema", crd.Name)
+	}
+	return spec.Properties, nil
 }
