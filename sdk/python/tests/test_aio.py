@@ -138,6 +138,8 @@ class AsyncClientTest(ServerTestCase, unittest.IsolatedAsyncioTestCase):
         await fleet.scale(3)
         await fleet.wait_until_ready(timeout=60)
         self.assertEqual(len(await fleet.planes()), 3)
+        self.assertIs(await fleet.set_simulation({"readyDelay": "1s"}), fleet)
+        self.assertEqual(fleet.spec.simulation, {"readyDelay": "1s"})
         await fleet.delete(wait=True, timeout=60)
         with self.assertRaises(kplane.NotFoundError):
             await self.aclient.get_fleet(name)

@@ -613,6 +613,39 @@ class FleetTest(ServerTestCase):
             self.assertIsNone(p.info().fleet)
             p.delete()
 
+    def test_template_and_simulation(self) -> None:
+        template = self.client.create_plane(unique("fltmpl"))
+        template.wait_until_ready(timeout=30)
+        create_configmap(template, "scenario")
+        name = unique("flsim")
+        fleet = self.client.create_fleet(
+            name, replicas=2, deletion_policy="Delete", template=template.name,
+            simulation={"nodes": {"count": 1}, "readyDelay": "1h"},
+        )
+        self.assertEqual((fleet.spec.template, fleet.spec.simulation), (template.name, {"nodes": {"count": 1}, "readyDelay": "1h"}))
+        fleet.wait_until_ready(timeout=60)
+
+        def simulations():
+            return [self.client.request("GET", f"/apis/kplane.dev/v1/planes/{p.name}")["spec"].get("simulation")
+                    for p in fleet.planes()]
+
+        self.assertEqual(simulations(), [{"nodes": {"count": 1}, "readyDelay": "1h0m0s"}] * 2)
+        member = fleet.planes()[0]
+        member.client.request("GET", member.path("/api/v1/namespaces/default/configmaps/scenario"))
+
+        # Replaced whole: the node shape the new one leaves out is gone.
+        self.assertIs(fleet.set_simulation({"runDuration": "200ms"}), fleet)
+        self.assertEqual(fleet.spec.simulation, {"runDuration": "200ms"})
+        self.assertTrue(eventually(lambda: simulations() == [{"runDuration": "200ms"}] * 2), simulations())
+        fleet.set_simulation(None)
+        self.assertIsNone(fleet.spec.simulation)
+        self.assertTrue(eventually(lambda: simulations() == [None, None]), simulations())
+        with self.assertRaises(kplane.InvalidError):
+            fleet.set_simulation({"runDuration": "soon"})
+        with self.assertRaises(ValueError):
+            self.client.create_fleet(unique("flbad"), replicas=1, simulation="fast")  # type: ignore[arg-type]
+        fleet.delete(wait=True, timeout=60)
+
     def test_named_members(self) -> None:
         existing = self.client.create_plane(unique("adopt"))
         names = [existing.name, unique("named")]

@@ -153,6 +153,8 @@ class AsyncClient:
         deletion_policy: str | None = None,
         ttl_seconds_after_ready: int | None = None,
         labels: Mapping[str, str] | None = None,
+        template: str | None = None,
+        simulation: Mapping[str, Any] | None = None,
     ) -> "AsyncFleet":
         """See :meth:`kplane.Client.create_fleet`."""
         fleet = await self._run(
@@ -164,6 +166,8 @@ class AsyncClient:
             deletion_policy=deletion_policy,
             ttl_seconds_after_ready=ttl_seconds_after_ready,
             labels=labels,
+            template=template,
+            simulation=simulation,
         )
         return AsyncFleet(self, fleet)
 
@@ -184,6 +188,8 @@ class AsyncClient:
         ttl_seconds_after_ready: int | None = None,
         wait_deleted: bool = False,
         delete_timeout: float | None = 120.0,
+        template: str | None = None,
+        simulation: Mapping[str, Any] | None = None,
     ) -> AsyncIterator["AsyncFleet"]:
         """See :meth:`kplane.Client.ephemeral_fleet`: deleted on exit, also
         when the block raises or is cancelled."""
@@ -194,6 +200,8 @@ class AsyncClient:
             names=names,
             deletion_policy=deletion_policy,
             ttl_seconds_after_ready=ttl_seconds_after_ready,
+            template=template,
+            simulation=simulation,
         )
         try:
             yield fleet
@@ -425,6 +433,11 @@ class AsyncFleet:
 
     async def planes(self) -> list[AsyncPlane]:
         return [AsyncPlane(self.client, p) for p in await self.client._run(self.sync.planes)]
+
+    async def set_simulation(self, simulation: Mapping[str, Any] | None) -> "AsyncFleet":
+        """See :meth:`kplane.Fleet.set_simulation`."""
+        await self.client._run(self.sync.set_simulation, simulation)
+        return self
 
     async def scale(self, replicas: int) -> "AsyncFleet":
         await self.client._run(self.sync.scale, replicas)

@@ -245,12 +245,19 @@ class Client:
         deletion_policy: str | None = None,
         ttl_seconds_after_ready: int | None = None,
         labels: Mapping[str, str] | None = None,
+        template: str | None = None,
+        simulation: Mapping[str, Any] | None = None,
     ) -> "Fleet":
         """Create a Fleet: ``replicas`` planes named ``<name_prefix><index>``
         (four-digit index; the prefix defaults to ``<name>-``), or the planes
         ``names`` lists. ``deletion_policy`` is ``"Retain"`` (default: member
-        planes outlive the Fleet) or ``"Delete"``."""
-        spec = _fleet_spec(replicas, name_prefix, names, deletion_policy, ttl_seconds_after_ready)
+        planes outlive the Fleet) or ``"Delete"``. With ``template`` every
+        member starts as that plane's state and stores only what it changes.
+        ``simulation`` is every member's simulated cluster, as a Plane's
+        ``spec.simulation`` holds it (``{"faults": [...], "nodes": {"count":
+        1}, "runDuration": "200ms", "readyDelay": "1s"}``); see
+        :meth:`Fleet.set_simulation`."""
+        spec = _fleet_spec(replicas, name_prefix, names, deletion_policy, ttl_seconds_after_ready, template, simulation)
         meta: dict[str, Any] = {"name": name}
         if labels:
             meta["labels"] = dict(labels)
@@ -278,6 +285,8 @@ class Client:
         ttl_seconds_after_ready: int | None = None,
         wait_deleted: bool = False,
         delete_timeout: float | None = 120.0,
+        template: str | None = None,
+        simulation: Mapping[str, Any] | None = None,
     ) -> Iterator["Fleet"]:
         """Create a Fleet for the ``with`` block and delete it on exit, also
         when the block raises. Unlike :meth:`create_fleet`, members are
@@ -291,6 +300,8 @@ class Client:
             names=names,
             deletion_policy=deletion_policy,
             ttl_seconds_after_ready=ttl_seconds_after_ready,
+            template=template,
+            simulation=simulation,
         )
         try:
             yield fleet
@@ -307,6 +318,8 @@ def _fleet_spec(
     names: Iterable[str] | None,
     deletion_policy: str | None,
     ttl_seconds_after_ready: int | None,
+    template: str | None = None,
+    simulation: Mapping[str, Any] | None = None,
 ) -> FleetSpec:
     listed = list(names) if names is not None else None
     if isinstance(names, str):
@@ -317,13 +330,25 @@ def _fleet_spec(
         raise ValueError("name_prefix names the members of replicas; names are used as they are")
     if deletion_policy not in (None, "Retain", "Delete"):
         raise ValueError(f"deletion_policy {deletion_policy!r}: want 'Retain' or 'Delete'")
+    if template is not None:
+        _check_plane_id(template)
     return FleetSpec(
         replicas=replicas,
         name_prefix=name_prefix,
         names=listed,
         deletion_policy=deletion_policy,
         ttl_seconds_after_ready=ttl_seconds_after_ready,
+        template=template,
+        simulation=_simulation(simulation),
     )
+
+
+def _simulation(simulation: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if simulation is None:
+        return None
+    if not isinstance(simulation, Mapping):
+        raise ValueError("simulation must be a mapping such as {'runDuration': '200ms'}")
+    return dict(simulation)
 
 
 class Plane:
@@ -731,6 +756,25 @@ class Fleet:
             infos = self.client.list_planes(label_selector=f"{FLEET_LABEL}={self.name}")
             return [Plane(self.client, p.name) for p in sorted(infos, key=lambda p: p.name)]
         return [Plane(self.client, m.name) for m in self.status.members]
+
+    def set_simulation(self, simulation: Mapping[str, Any] | None) -> "Fleet":
+        """Replace every member's simulated cluster (``None``: the server's
+        defaults again), as a Plane's ``spec.simulation`` holds it. Members
+        are given it within moments, new members at their creation; a change
+        made to one member's own simulation meanwhile stays until the
+        Fleet's next one. Needs the admin (root) credential; an invalid one
+        raises :class:`kplane.InvalidError`. Returns self, refreshed."""
+        if simulation is None:
+            body, content_type = {"spec": {"simulation": None}}, "application/merge-patch+json"
+        else:
+            # A JSON patch replaces it whole: a merge would keep the keys left out.
+            body = [{"op": "add", "path": "/spec/simulation", "value": _simulation(simulation)}]
+            content_type = "application/json-patch+json"
+        obj = self.client.request(
+            "PATCH", self._path, body=json.dumps(body).encode(), headers={"Content-Type": content_type}
+        )
+        self._set(obj)
+        return self
 
     def scale(self, replicas: int) -> "Fleet":
         """Change ``spec.replicas``; returns self, refreshed."""

@@ -339,6 +339,11 @@ class FleetSpec:
     names: list[str] | None = None
     deletion_policy: str | None = None
     ttl_seconds_after_ready: int | None = None
+    #: The plane every member starts as (each member's ``spec.template``).
+    template: str | None = None
+    #: Every member's ``spec.simulation`` (``faults``, ``nodes``,
+    #: ``runDuration``, ``readyDelay``), as the API writes it.
+    simulation: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FleetSpec":
@@ -348,6 +353,8 @@ class FleetSpec:
             names=list(data["names"]) if data.get("names") is not None else None,
             deletion_policy=data.get("deletionPolicy"),
             ttl_seconds_after_ready=data.get("ttlSecondsAfterReady"),
+            template=data.get("template"),
+            simulation=dict(data["simulation"]) if data.get("simulation") is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -362,6 +369,10 @@ class FleetSpec:
             out["deletionPolicy"] = self.deletion_policy
         if self.ttl_seconds_after_ready is not None:
             out["ttlSecondsAfterReady"] = self.ttl_seconds_after_ready
+        if self.template is not None:
+            out["template"] = self.template
+        if self.simulation is not None:
+            out["simulation"] = dict(self.simulation)
         return out
 
     @property
