@@ -173,8 +173,14 @@ type memory struct {
 	// heapInuse counts every heap span holding a live object; after many
 	// objects are freed it stays above liveHeap until the spans are reused.
 	heapInuse float64
-	// liveHeap is the bytes of live objects: what a leak makes grow.
+	// liveHeap is the bytes of live objects: what a leak makes grow. Read
+	// after settle's wait, it also holds what the server allocated since
+	// the collection (its periodic work's garbage).
 	liveHeap float64
+	// markedHeap is the heap the last collection found live (Go's
+	// /gc/heap/live:bytes): no garbage, so per-object figures taken from
+	// it do not move with what the server happened to allocate meanwhile.
+	markedHeap float64
 }
 
 func measure(s *server) (memory, error) {
@@ -183,7 +189,11 @@ func measure(s *server) (memory, error) {
 		return memory{}, err
 	}
 	live, err := s.metric("go_memstats_heap_alloc_bytes")
-	return memory{rss: rss, heapInuse: inuse, liveHeap: live}, err
+	if err != nil {
+		return memory{}, err
+	}
+	marked, err := s.metric("go_gc_heap_live_bytes")
+	return memory{rss: rss, heapInuse: inuse, liveHeap: live, markedHeap: marked}, err
 }
 
 func (m memory) record(figures map[string]float64, prefix string) {

@@ -93,6 +93,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		Notes: []string{
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
+			"marginal_heap_kib_per_member: the Go heap allocated 3 s after a forced garbage collection, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
 			"The template holds `objects` objects of ten kinds: namespace shop, a CRD and 100 of its custom resources, and ConfigMaps, Secrets, ServiceAccounts, Roles, RoleBindings, Services (without selector) and NetworkPolicies in shop.",
 		},
@@ -305,6 +306,7 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 	}
 	figures["layered_marginal_rss_kib_per_member"] = (m1.rss - m0.rss) / 1024 / float64(p.Members)
 	figures["layered_marginal_heap_kib_per_member"] = (m1.liveHeap - m0.liveHeap) / 1024 / float64(p.Members)
+	figures["layered_marginal_marked_heap_kib_per_member"] = (m1.markedHeap - m0.markedHeap) / 1024 / float64(p.Members)
 	fmt.Printf("   scenarios: %d template members ready in %.2fs, %.1f revisions and %.0f KiB RSS each\n", p.Members,
 		figures["layered_fleet_ready_seconds"], figures["layered_revisions_per_member"], figures["layered_marginal_rss_kib_per_member"])
 	return nil
