@@ -522,3 +522,64 @@ func TestWithoutSimulation(t *testing.T) {
 		t.Errorf("the API-only plane has pods: %d (%v)", len(pods.Items), err)
 	}
 }
+
+// TestWithSimulation: a plane made WithSimulation meets its faults from
+// its first Pod and has the node shape asked for; SetSimulation replaces
+// them in the middle of the test, nil gives the server's defaults back;
+// an unknown fault type is refused by the server.
+func TestWithSimulation(t *testing.T) {
+	t.Parallel()
+	plane := Default().NewPlaneHandle(t, WithSimulation(Simulation{
+		Nodes:  &Nodes{Count: ptr.To[int32](1)},
+		Faults: []Fault{{Type: CrashLoopBackOff, Match: FaultMatch{Image: "*:broken"}, ExitCode: 3}},
+	}))
+	c, _ := clientsFor(t, plane.Config)
+	ctx := t.Context()
+	for name, image := range map[string]string{"bad": "app:broken", "good": "nginx"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: image}}}}
+		if _, err := c.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podIs := func(name string, cond func(*corev1.Pod) bool) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			p, err := c.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && cond(p), err
+		}
+	}
+	crashed := func(p *corev1.Pod) bool {
+		st := p.Status.ContainerStatuses
+		return len(st) == 1 && st[0].LastTerminationState.Terminated != nil && st[0].LastTerminationState.Terminated.ExitCode == 3
+	}
+	ready := func(want corev1.ConditionStatus) func(*corev1.Pod) bool {
+		return func(p *corev1.Pod) bool {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					return p.Status.Phase == corev1.PodRunning && cond.Status == want
+				}
+			}
+			return false
+		}
+	}
+	eventually(t, "pod bad crashed with exit code 3", podIs("bad", crashed))
+	eventually(t, "pod good ready", podIs("good", ready(corev1.ConditionTrue)))
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("nodes: %v, %v; asked for 1", nodes, err)
+	}
+
+	if err := plane.SetSimulation(ctx, &Simulation{Faults: []Fault{{Type: NotReady, Match: FaultMatch{Image: "nginx"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod good not ready under the new fault", podIs("good", ready(corev1.ConditionFalse)))
+	if err := plane.SetSimulation(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod good ready once the faults are gone", podIs("good", ready(corev1.ConditionTrue)))
+
+	_, err = Default().CreatePlane(ctx, WithSimulation(Simulation{Faults: []Fault{{Type: "Explode"}}}))
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("a plane with fault type Explode: want 422, got %v", err)
+	}
+}

@@ -46,6 +46,8 @@ type planeSettings struct {
 	webhooks *planeWebhooks
 	// apiOnly turns the server's workload simulation off in the plane.
 	apiOnly bool
+	// simulation is the plane's spec.simulation (nil: the server's).
+	simulation *Simulation
 }
 
 // WithTemplate starts the plane from template plane id: the Plane's
@@ -136,7 +138,7 @@ func (e *Env) CreatePlane(ctx context.Context, opts ...PlaneOption) (*PlaneHandl
 	}
 	// A plane made ahead of time fits unless the options ask for more
 	// than the Env's CRDs.
-	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 && s.webhooks == nil && !s.apiOnly {
+	if s.template == "" && len(s.crds) == 0 && len(s.labels) == 0 && s.webhooks == nil && !s.apiOnly && s.simulation == nil {
 		if p := e.pool.take(); p != nil {
 			return p, nil
 		}
@@ -231,6 +233,9 @@ func (e *Env) planeObject(id string, s planeSettings) *unstructured.Unstructured
 	spec := map[string]any{}
 	if s.template != "" {
 		spec["template"] = s.template
+	}
+	if s.simulation != nil {
+		spec["simulation"] = s.simulation.object()
 	}
 	annotations := map[string]any{}
 	if s.test != "" {
