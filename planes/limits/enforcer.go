@@ -53,9 +53,9 @@ type Enforcer struct {
 	planes Planes
 
 	mu sync.Mutex
-	// reserved is what writes in flight add, per plane, until the counters
+	// reserved are the writes in flight of each plane, until the counters
 	// hold them.
-	reserved map[string]*planestorage.Usage
+	reserved map[string]map[*reservation]struct{}
 	// rates are the token buckets of planes with a request rate, made on
 	// their first request.
 	rates map[string]*bucket
@@ -65,7 +65,7 @@ var _ planestorage.WriteGuard = &Enforcer{}
 
 // New returns an enforcer.
 func New(config Config) *Enforcer {
-	return &Enforcer{config: config, reserved: map[string]*planestorage.Usage{}, rates: map[string]*bucket{}}
+	return &Enforcer{config: config, reserved: map[string]map[*reservation]struct{}{}, rates: map[string]*bucket{}}
 }
 
 // Bind tells the enforcer the planes' own limits and watches; it is
@@ -101,6 +101,14 @@ func (e *Enforcer) Limited(plane string) (objects, bytes bool) {
 	return l.MaxObjects > 0, l.MaxBytes > 0
 }
 
+// reservation is one write in flight against its plane's limits.
+type reservation struct {
+	store *planestorage.Store
+	// rv is the write's revision once stored, 0 before.
+	rv             uint64
+	objects, bytes int64
+}
+
 // Reserve implements planestorage.WriteGuard: a write adding objects and
 // bytes to plane is refused (403) when the plane's stored usage plus the
 // writes in flight would pass a limit; else it is counted in flight until
@@ -112,32 +120,30 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 		return nil, err
 	}
 	e.mu.Lock()
+	pending := e.pendingLocked(plane)
 	used := e.config.Counts.Usage(plane)
-	r := e.reserved[plane]
-	if r == nil {
-		r = &planestorage.Usage{}
-	}
-	usedObjects, usedBytes := used.Objects+r.Objects, used.Bytes+r.Bytes
+	usedObjects, usedBytes := used.Objects+pending.Objects, used.Bytes+pending.Bytes
 	switch {
 	case objects > 0 && l.MaxObjects > 0 && usedObjects+objects > l.MaxObjects:
 		e.mu.Unlock()
 		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: objects=%d, used: objects=%d, limited: maxObjects=%d (%d being written)",
-			objects, usedObjects, l.MaxObjects, r.Objects))
+			objects, usedObjects, l.MaxObjects, pending.Objects))
 	case bytes > 0 && l.MaxBytes > 0 && usedBytes+bytes > l.MaxBytes:
 		e.mu.Unlock()
 		return nil, exceeded(s, key, plane, fmt.Sprintf("requested: bytes=%d, used: bytes=%d, limited: maxBytes=%d (%d being written)",
-			bytes, usedBytes, l.MaxBytes, r.Bytes))
+			bytes, usedBytes, l.MaxBytes, pending.Bytes))
 	}
-	r.Objects += objects
-	r.Bytes += bytes
-	e.reserved[plane] = r
+	r := &reservation{store: s, objects: objects, bytes: bytes}
+	if e.reserved[plane] == nil {
+		e.reserved[plane] = map[*reservation]struct{}{}
+	}
+	e.reserved[plane][r] = struct{}{}
 	e.mu.Unlock()
 	unreserve := func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		r.Objects -= objects
-		r.Bytes -= bytes
-		if r.Objects == 0 && r.Bytes == 0 && e.reserved[plane] == r {
+		delete(e.reserved[plane], r)
+		if len(e.reserved[plane]) == 0 {
 			delete(e.reserved, plane)
 		}
 	}
@@ -146,6 +152,9 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 			unreserve()
 			return
 		}
+		e.mu.Lock()
+		r.rv = rv
+		e.mu.Unlock()
 		// Held until counted, but not forever: counters stuck behind
 		// would otherwise hold the plane at its limit whatever it deletes.
 		var once sync.Once
@@ -155,6 +164,25 @@ func (e *Enforcer) Reserve(ctx context.Context, s *planestorage.Store, plane, ke
 			once.Do(unreserve)
 		})
 	}, nil
+}
+
+// pendingLocked is what plane's writes in flight add to its counted
+// usage. A stored write the counters already hold is not added again,
+// though its reservation is still there: the counters call it done a
+// moment after they count it, and a write checked in that moment would
+// have found the plane one object fuller than it is. Asked before the
+// counts are read, so that a write counted in between is counted twice
+// (refused a moment too soon) rather than not at all.
+func (e *Enforcer) pendingLocked(plane string) planestorage.Usage {
+	var pending planestorage.Usage
+	for r := range e.reserved[plane] {
+		if r.rv != 0 && e.config.Counts.Reached(r.store, r.rv) {
+			continue
+		}
+		pending.Objects += r.objects
+		pending.Bytes += r.bytes
+	}
+	return pending
 }
 
 // waitCounted waits until every storage has been counted once (after a

@@ -145,6 +145,14 @@ func (c *Counts) WhenCounted(s *Store, rv uint64, counted func()) {
 	c.mu.Unlock()
 }
 
+// Reached reports whether s's events up to revision rv are counted.
+func (c *Counts) Reached(s *Store, rv uint64) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	p := c.seen[s]
+	return p != nil && p.rv >= rv
+}
+
 func (c *Counts) progressLocked(s *Store) *progress {
 	p := c.seen[s]
 	if p == nil {
