@@ -80,7 +80,7 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 	if err := c.letGo(ctx, f); err != nil {
 		return 0, err
 	}
-	simulationErr := c.applySimulation(ctx, f, names, w.planeUIDs)
+	settingsErr := c.applySettings(ctx, f, names, w.planeUIDs)
 	if c.probeMembers(ctx, w) {
 		requeue(probeRetry)
 	}
@@ -91,7 +91,7 @@ func (c *Controller) sync(ctx context.Context, f *Fleet) (time.Duration, error) 
 		return 0, err
 	}
 	requeue(d)
-	if err := errors.Join(adoptErr, simulationErr); err != nil {
+	if err := errors.Join(adoptErr, settingsErr); err != nil {
 		return 0, err
 	}
 	if d, err = c.expire(ctx, f, st, now); err != nil {
@@ -236,7 +236,7 @@ func (c *Controller) provision(ctx context.Context, m member) {
 	skip := s == nil || time.Now().Before(s.retryAt) || !live || !IsMember(&Fleet{ObjectMeta: metav1.ObjectMeta{Name: m.fleet}, Spec: *spec}, m.plane)
 	c.mu.Unlock()
 	if !skip {
-		err := c.createPlane(ctx, m, spec.Simulation)
+		err := c.createPlane(ctx, m, spec)
 		if err == nil {
 			c.bootstrap(ctx, m.plane)
 		}
@@ -299,18 +299,28 @@ func isCallerError(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
 
-// createPlane creates member m with the Fleet's simulation (nil: none),
-// so that its first Pods already run as the Fleet says.
-func (c *Controller) createPlane(ctx context.Context, m member, simulation *lifecycle.SimulationSpec) error {
+// createPlane creates member m with the settings of the Fleet's spec, so
+// that its first Pods already run, and its first requests are held, as
+// the Fleet says.
+func (c *Controller) createPlane(ctx context.Context, m member, spec *Spec) error {
 	name := m.plane
 	plane := lifecycle.NewPlane(name)
 	plane.Labels = map[string]string{Label: m.fleet}
 	plane.Spec.Template = m.template
-	if digest := simulationDigest(simulation); digest != "" {
-		plane.Annotations = map[string]string{SimulationAnnotation: digest}
-		plane.Spec.Simulation = simulation
+	plane.Spec.Simulation, plane.Spec.Limits, plane.Spec.Audit = spec.Simulation, spec.Limits, spec.Audit
+	settings, err := memberSettings(&Fleet{ObjectMeta: metav1.ObjectMeta{Name: m.fleet}, Spec: *spec})
+	if err != nil {
+		return err
 	}
-	_, err := c.planes.Create(ctx, plane.Unstructured(), metav1.CreateOptions{})
+	for _, s := range settings {
+		if digest := s.digest(); digest != "" {
+			if plane.Annotations == nil {
+				plane.Annotations = map[string]string{}
+			}
+			plane.Annotations[s.annotation] = digest
+		}
+	}
+	_, err = c.planes.Create(ctx, plane.Unstructured(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		// Created by an earlier reconcile the informer has not shown yet,
 		// or by someone else: the next reconcile sees which.
@@ -374,9 +384,8 @@ func (c *Controller) remove(ctx context.Context, f *Fleet, p *unstructured.Unstr
 		}
 		return nil
 	}
-	// A released plane keeps its simulation as its own.
 	return c.patchPlane(ctx, p.GetName(), map[string]any{"metadata": map[string]any{
-		"labels": map[string]any{Label: nil}, "annotations": map[string]any{SimulationAnnotation: nil}}})
+		"labels": map[string]any{Label: nil}, "annotations": releaseSettings()}})
 }
 
 func (c *Controller) patchPlane(ctx context.Context, name string, patch map[string]any) error {

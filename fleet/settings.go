@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,35 +13,72 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-
-	"kplane.dev/kplane/planes/lifecycle"
 )
 
-// SimulationAnnotation on a member's Plane is the digest of the Fleet
-// simulation it was last given. A member is given the Fleet's simulation
-// again only when the digests differ, that is when the Fleet's changed:
-// a change made to one member's simulation (a fault injected into one
-// episode) stays until then.
-const SimulationAnnotation = "kplane.dev/fleet-simulation"
+// The annotations on a member's Plane holding the digest of the Fleet's
+// setting it was last given. A member is given a setting again only when
+// the digests differ, that is when the Fleet's changed: a change made to
+// one member's own setting (a fault injected into one episode) stays
+// until then, and a steady Fleet writes nothing.
+const (
+	SimulationAnnotation = "kplane.dev/fleet-simulation"
+	LimitsAnnotation     = "kplane.dev/fleet-limits"
+	AuditAnnotation      = "kplane.dev/fleet-audit"
+)
 
-// simulationDigest names a Fleet simulation; "" for none.
-func simulationDigest(simulation *lifecycle.SimulationSpec) string {
-	if simulation == nil {
+// memberSetting is one field of the members' Plane spec that the Fleet
+// decides when it sets it.
+type memberSetting struct {
+	// field is the name of the field in the Plane's spec (and the Fleet's).
+	field      string
+	annotation string
+	// value is the Fleet's, as JSON; nil when the Fleet does not set it.
+	value json.RawMessage
+}
+
+// digest names the setting's value; "" for none.
+func (s memberSetting) digest() string {
+	if s.value == nil {
 		return ""
 	}
-	data, err := json.Marshal(simulation)
-	if err != nil {
-		// A typed spec decoded from the API always encodes.
-		panic(fmt.Sprintf("encoding a Fleet simulation: %v", err))
-	}
-	sum := sha256.Sum256(data)
+	sum := sha256.Sum256(s.value)
 	return hex.EncodeToString(sum[:8])
 }
 
-// applySimulation gives the Fleet's simulation to each owned member (a
-// non-empty UID in owned) that was not given this one yet.
-func (c *Controller) applySimulation(ctx context.Context, f *Fleet, names []string, owned []types.UID) error {
-	digest := simulationDigest(f.Spec.Simulation)
+// memberSettings are what f decides of its members' Planes.
+func memberSettings(f *Fleet) ([]memberSetting, error) {
+	settings := []memberSetting{
+		{field: "simulation", annotation: SimulationAnnotation},
+		{field: "limits", annotation: LimitsAnnotation},
+		{field: "audit", annotation: AuditAnnotation},
+	}
+	values := []any{f.Spec.Simulation, f.Spec.Limits, f.Spec.Audit}
+	for i := range settings {
+		data, err := json.Marshal(values[i])
+		if err != nil {
+			return nil, fmt.Errorf("encoding spec.%s of Fleet %s: %w", settings[i].field, f.Name, err)
+		}
+		if !bytes.Equal(data, []byte("null")) {
+			settings[i].value = data
+		}
+	}
+	return settings, nil
+}
+
+// given reads p's annotation of s in place (GetAnnotations copies every
+// annotation of every member a reconcile looks at).
+func (s memberSetting) given(p *unstructured.Unstructured) (digest string, ok bool) {
+	digest, ok, _ = unstructured.NestedString(p.Object, "metadata", "annotations", s.annotation)
+	return digest, ok
+}
+
+// applySettings gives each owned member (a non-empty UID in owned) the
+// Fleet's settings it was not given yet.
+func (c *Controller) applySettings(ctx context.Context, f *Fleet, names []string, owned []types.UID) error {
+	settings, err := memberSettings(f)
+	if err != nil {
+		return err
+	}
 	var stale []*unstructured.Unstructured
 	for i, uid := range owned {
 		if uid == "" {
@@ -50,8 +88,7 @@ func (c *Controller) applySimulation(ctx context.Context, f *Fleet, names []stri
 		if !ok {
 			continue
 		}
-		p := obj.(*unstructured.Unstructured)
-		if given, _ := givenSimulation(p); p.GetUID() == uid && given != digest {
+		if p := obj.(*unstructured.Unstructured); p.GetUID() == uid && len(settingsPatch(p, settings)) > 0 {
 			stale = append(stale, p)
 		}
 	}
@@ -60,30 +97,30 @@ func (c *Controller) applySimulation(ctx context.Context, f *Fleet, names []stri
 		idx[i] = i
 	}
 	return c.forEach(ctx, idx, func(ctx context.Context, i int) error {
-		return c.giveSimulation(ctx, stale[i], f.Spec.Simulation, digest)
+		return c.giveSettings(ctx, stale[i], settings)
 	})
 }
 
-// giveSimulation replaces plane p's spec.simulation with simulation (nil:
-// removes it) and records digest, unless p changed since the informer
-// showed it: the next reconcile sees the change.
-func (c *Controller) giveSimulation(ctx context.Context, p *unstructured.Unstructured, simulation *lifecycle.SimulationSpec, digest string) error {
-	patch, err := json.Marshal(simulationPatch(p, simulation, digest))
+// giveSettings gives plane p the settings it was not given yet, unless p
+// changed since the informer showed it: the next reconcile sees the
+// change.
+func (c *Controller) giveSettings(ctx context.Context, p *unstructured.Unstructured, settings []memberSetting) error {
+	ops := settingsPatch(p, settings)
+	if len(ops) == 0 {
+		return nil
+	}
+	// The resourceVersion first: a concurrent change of p makes the
+	// patch conflict instead of being overwritten.
+	ops = append([]patchOp{{Op: "replace", Path: "/metadata/resourceVersion", Value: p.GetResourceVersion()}}, ops...)
+	patch, err := json.Marshal(ops)
 	if err != nil {
-		return fmt.Errorf("encoding the simulation of plane %s: %w", p.GetName(), err)
+		return fmt.Errorf("encoding the settings of plane %s: %w", p.GetName(), err)
 	}
 	_, err = c.planes.Patch(ctx, p.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("giving plane %s its Fleet's simulation: %w", p.GetName(), err)
+		return fmt.Errorf("giving plane %s its Fleet's settings: %w", p.GetName(), err)
 	}
 	return nil
-}
-
-// givenSimulation reads p's SimulationAnnotation in place (GetAnnotations
-// copies every annotation of every member a reconcile looks at).
-func givenSimulation(p *unstructured.Unstructured) (digest string, ok bool) {
-	digest, ok, _ = unstructured.NestedString(p.Object, "metadata", "annotations", SimulationAnnotation)
-	return digest, ok
 }
 
 // patchOp is one operation of a JSON patch (RFC 6902).
@@ -93,33 +130,49 @@ type patchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
-// simulationPatch is the JSON patch giving p simulation and digest. It
-// replaces spec.simulation whole (a merge patch would keep the fields the
-// Fleet no longer sets) and carries p's resourceVersion, so that a
-// concurrent change of p makes it conflict instead of being overwritten.
-func simulationPatch(p *unstructured.Unstructured, simulation *lifecycle.SimulationSpec, digest string) []patchOp {
-	ops := []patchOp{{Op: "replace", Path: "/metadata/resourceVersion", Value: p.GetResourceVersion()}}
+// settingsPatch is the JSON patch giving p each setting whose digest it
+// does not carry; none when p has them all. A setting replaces the
+// field whole: a merge patch would keep what the Fleet no longer sets.
+func settingsPatch(p *unstructured.Unstructured, settings []memberSetting) []patchOp {
+	var ops []patchOp
 	spec, hasSpec := p.Object["spec"].(map[string]any)
-	switch _, hasSimulation := spec["simulation"]; {
-	case simulation != nil && !hasSpec:
-		ops = append(ops, patchOp{Op: "add", Path: "/spec", Value: map[string]any{"simulation": simulation}})
-	case simulation != nil:
-		ops = append(ops, patchOp{Op: "add", Path: "/spec/simulation", Value: simulation})
-	case hasSimulation:
-		ops = append(ops, patchOp{Op: "remove", Path: "/spec/simulation"})
-	}
-	annotation := "/metadata/annotations/" + strings.ReplaceAll(SimulationAnnotation, "/", "~1")
-	_, annotated := givenSimulation(p)
 	metadata, _ := p.Object["metadata"].(map[string]any)
 	_, hasAnnotations := metadata["annotations"]
-	switch {
-	case digest == "" && annotated:
-		ops = append(ops, patchOp{Op: "remove", Path: annotation})
-	case digest == "":
-	case !hasAnnotations:
-		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{SimulationAnnotation: digest}})
-	default:
-		ops = append(ops, patchOp{Op: "add", Path: annotation, Value: digest})
+	for _, s := range settings {
+		digest := s.digest()
+		given, annotated := s.given(p)
+		if given == digest {
+			continue
+		}
+		_, hasField := spec[s.field]
+		switch {
+		case s.value != nil && !hasSpec:
+			ops = append(ops, patchOp{Op: "add", Path: "/spec", Value: map[string]any{}})
+			hasSpec, spec = true, map[string]any{}
+			fallthrough
+		case s.value != nil:
+			ops = append(ops, patchOp{Op: "add", Path: "/spec/" + s.field, Value: s.value})
+		case hasField:
+			ops = append(ops, patchOp{Op: "remove", Path: "/spec/" + s.field})
+		}
+		annotation := "/metadata/annotations/" + strings.ReplaceAll(s.annotation, "/", "~1")
+		switch {
+		case digest == "" && annotated:
+			ops = append(ops, patchOp{Op: "remove", Path: annotation})
+		case digest == "":
+		case !hasAnnotations:
+			ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+			hasAnnotations = true
+			fallthrough
+		default:
+			ops = append(ops, patchOp{Op: "add", Path: annotation, Value: digest})
+		}
 	}
 	return ops
+}
+
+// releaseSettings is the merge patch that takes a released member's
+// digests away: the member keeps its settings as its own.
+func releaseSettings() map[string]any {
+	return map[string]any{SimulationAnnotation: nil, LimitsAnnotation: nil, AuditAnnotation: nil}
 }

@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"kplane.dev/kplane/planes/lifecycle"
+	"kplane.dev/kplane/planes/limits"
 )
 
 // GVR is the Fleet resource, in the root plane.
@@ -59,9 +60,11 @@ type Spec struct {
 	TTLSecondsAfterReady *int64         `json:"ttlSecondsAfterReady,omitempty"`
 	// Template is the plane every member starts as (Plane.spec.template).
 	Template string `json:"template,omitempty"`
-	// Simulation is every member's Plane.spec.simulation; nil leaves the
-	// members' own alone.
+	// Simulation, Limits and Audit are every member's Plane.spec fields of
+	// the same names; nil leaves the members' own alone.
 	Simulation *lifecycle.SimulationSpec `json:"simulation,omitempty"`
+	Limits     *limits.Limits            `json:"limits,omitempty"`
+	Audit      *lifecycle.AuditSpec      `json:"audit,omitempty"`
 }
 
 // Status is what the controller reports.

@@ -35,16 +35,20 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 		out = append(out, crd)
 		byName[crd.Name] = crd
 	}
-	if err := shareSimulationSchema(byName); err != nil {
+	if err := shareMemberSchemas(byName); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// shareSimulationSchema gives the Fleet's spec.simulation the schema of
-// the Plane's: the Fleet hands its members exactly what a Plane takes,
-// and the two cannot drift apart. The Fleet keeps its own description.
-func shareSimulationSchema(crds map[string]*apiextensionsv1.CustomResourceDefinition) error {
+// memberFields are the Plane spec fields a Fleet sets on its members.
+var memberFields = []string{"simulation", "limits", "audit"}
+
+// shareMemberSchemas gives the Fleet's spec fields that it hands its
+// members the schemas of the Plane's: the Fleet validates exactly what a
+// Plane takes, and the two cannot drift apart. The Fleet keeps its own
+// descriptions.
+func shareMemberSchemas(crds map[string]*apiextensionsv1.CustomResourceDefinition) error {
 	planeSpec, err := specProperties(crds["planes.kplane.dev"])
 	if err != nil {
 		return err
@@ -53,17 +57,19 @@ func shareSimulationSchema(crds map[string]*apiextensionsv1.CustomResourceDefini
 	if err != nil {
 		return err
 	}
-	from, ok := planeSpec["simulation"]
-	if !ok {
-		return fmt.Errorf("the Plane CRD has no spec.simulation")
+	for _, field := range memberFields {
+		from, ok := planeSpec[field]
+		if !ok {
+			return fmt.Errorf("the Plane CRD has no spec.%s", field)
+		}
+		to, ok := fleetSpec[field]
+		if !ok {
+			return fmt.Errorf("the Fleet CRD has no spec.%s", field)
+		}
+		shared := *from.DeepCopy()
+		shared.Description = to.Description
+		fleetSpec[field] = shared
 	}
-	to, ok := fleetSpec["simulation"]
-	if !ok {
-		return fmt.Errorf("the Fleet CRD has no spec.simulation")
-	}
-	shared := *from.DeepCopy()
-	shared.Description = to.Description
-	fleetSpec["simulation"] = shared
 	return nil
 }
 

@@ -50,7 +50,7 @@ var sdkFields = map[string][]string{
 	"PlaneUsage":       {"objects", "bytes", "watches"},
 	"PlaneList":        {"!items", "metadata"},
 	"Fleet":            {"!apiVersion", "!kind", "metadata", "!spec", "status"},
-	"FleetSpec":        {"replicas", "namePrefix", "names", "deletionPolicy", "ttlSecondsAfterReady", "template", "simulation"},
+	"FleetSpec":        {"replicas", "namePrefix", "names", "deletionPolicy", "ttlSecondsAfterReady", "template", "simulation", "limits", "audit"},
 	"FleetStatus":      {"replicas", "readyReplicas", "observedGeneration", "members", "conditions", "omittedMembers"},
 	"FleetMember":      {"!name", "!phase", "message", "lastTransitionTime"},
 	"FleetList":        {"!items"},

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,40 +15,43 @@ import (
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// membersSimulation waits until every member's Plane holds want as its
-// spec.simulation ("": none; JSON with its keys in order) and, with want, the Fleet's mark of it.
-func membersSimulation(t *testing.T, s *framework.Server, members []string, want string) {
+// membersHold waits until every member's Plane holds want as its
+// spec.<field> ("": none; JSON with its keys in order) and, with want, the
+// Fleet's mark of it.
+func membersHold(t *testing.T, s *framework.Server, members []string, field, want string) {
 	t.Helper()
 	planes := s.Dynamic(t, "root").Resource(planeGVR)
 	for _, m := range members {
-		framework.Eventually(t, framework.DefaultTimeout, "member "+m+" simulation "+want, func(ctx context.Context) error {
+		framework.Eventually(t, framework.DefaultTimeout, "member "+m+" spec."+field+" "+want, func(ctx context.Context) error {
 			p, err := planes.Get(ctx, m, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			got := ""
-			if sim, found, _ := unstructured.NestedFieldNoCopy(p.Object, "spec", "simulation"); found {
-				data, err := json.Marshal(sim)
+			if value, found, _ := unstructured.NestedFieldNoCopy(p.Object, "spec", field); found {
+				data, err := json.Marshal(value)
 				if err != nil {
 					return err
 				}
 				got = string(data)
 			}
-			_, marked := p.GetAnnotations()["kplane.dev/fleet-simulation"]
+			_, marked := p.GetAnnotations()["kplane.dev/fleet-"+field]
 			if got != want || marked != (want != "") {
-				return fmt.Errorf("spec.simulation %s, marked %t", got, marked)
+				return fmt.Errorf("spec.%s %s, marked %t", field, got, marked)
 			}
 			return nil
 		})
 	}
 }
 
-// TestFleetSimulation: a Fleet's spec.simulation is every member's from its
-// creation (a member's first Pod lands on the Fleet's node shape); a
-// change reaches every member, new ones included, replacing what each
-// held; a member's own change stays until the Fleet's next one; removing
-// it takes it from the members; a bad one is refused as a Plane's is.
-func TestFleetSimulation(t *testing.T) {
+// TestFleetMemberSettings: a Fleet's spec.simulation is every member's
+// from its creation (a member's first Pod lands on the Fleet's node
+// shape); limits set later reach every member (its third object is
+// refused); a change reaches every member, new ones included, replacing
+// what each held; a member's own change stays until the Fleet's next one;
+// removing one takes it from the members; a bad one is refused as a
+// Plane's is.
+func TestFleetMemberSettings(t *testing.T) {
 	t.Parallel()
 	s := shared
 	ctx := context.Background()
@@ -71,7 +74,7 @@ spec:
 	waitFleet(t, fleets, name, framework.DefaultTimeout, "2/2 ready", func(st fleetStatus) bool { return st.ready == 2 })
 	members := memberNames(name+"-", 0, 2)
 	// Durations as Go writes them: the Fleet's are read as durations.
-	membersSimulation(t, s, members, `{"nodes":{"count":1},"runDuration":"1h0m0s"}`)
+	membersHold(t, s, members, "simulation", `{"nodes":{"count":1},"runDuration":"1h0m0s"}`)
 
 	// The member's simulated cluster is the Fleet's: one node.
 	s.MustKubectl(t, members[0], "", "create", "job", "long", "--image=trainer:1")
@@ -85,35 +88,51 @@ spec:
 		t.Fatalf("member %s: nodes %v, %v; the Fleet asked for 1", members[0], nodes, err)
 	}
 
-	// One episode's own fault stays while the Fleet's simulation does not change.
-	own := `{"readyDelay":"5s"}`
-	if _, err := planes.Patch(ctx, members[1], types.MergePatchType, []byte(`{"spec":{"simulation":`+own+`}}`),
+	// One episode's own fault stays while the Fleet's simulation does not
+	// change, also when the Fleet's limits do (below).
+	if _, err := planes.Patch(ctx, members[1], types.MergePatchType, []byte(`{"spec":{"simulation":{"readyDelay":"5s"}}}`),
 		metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Consistently(t, 2*time.Second, "member's own readyDelay kept", func(ctx context.Context) error {
-		p, err := planes.Get(ctx, members[1], metav1.GetOptions{})
-		if err != nil {
-			return err
+
+	// Limits set later reach the members: the third object is refused.
+	s.MustKubectl(t, "root", "", "patch", "fleet", name, "--type=merge", "-p", `{"spec":{"limits":{"maxObjects":2}}}`)
+	membersHold(t, s, members, "limits", `{"maxObjects":2}`)
+	member1 := s.Client(t, members[1]).CoreV1().ConfigMaps("default")
+	for _, cm := range []string{"a", "b", "c"} {
+		_, err := member1.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm}}, metav1.CreateOptions{})
+		if cm != "c" && err != nil {
+			t.Fatalf("configmap %s in member %s: %v", cm, members[1], err)
 		}
-		if d, _, _ := unstructured.NestedString(p.Object, "spec", "simulation", "readyDelay"); d != "5s" {
-			return fmt.Errorf("readyDelay %q", d)
+		if cm == "c" && !apierrors.IsForbidden(err) {
+			t.Fatalf("a third object in member %s, whose Fleet allows 2: want 403, got %v", members[1], err)
 		}
-		return nil
-	})
+	}
+
+	p, err := planes.Get(ctx, members[1], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sim, _, _ := unstructured.NestedMap(p.Object, "spec", "simulation"); sim["readyDelay"] != "5s" {
+		t.Fatalf("member %s's own simulation after the Fleet's limits changed: %v", members[1], sim)
+	}
 
 	s.MustKubectl(t, "root", "", "patch", "fleet", name, "--type=merge", "-p",
-		`{"spec":{"replicas":3,"simulation":{"nodes":null,"runDuration":"100ms"}}}`)
+		`{"spec":{"replicas":3,"simulation":{"nodes":null,"runDuration":"100ms"},"limits":null}}`)
 	waitFleet(t, fleets, name, framework.DefaultTimeout, "3/3 ready", func(st fleetStatus) bool { return st.ready == 3 })
 	members = memberNames(name+"-", 0, 3)
-	membersSimulation(t, s, members, `{"runDuration":"100ms"}`)
+	membersHold(t, s, members, "simulation", `{"runDuration":"100ms"}`)
+	membersHold(t, s, members, "limits", "")
+	if _, err := member1.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a third object once the Fleet sets no limits: %v", err)
+	}
 	if out, err := s.Kubectl(t, members[0], "", "wait", "--for=condition=Complete", "job/long",
 		"--timeout="+framework.DefaultTimeout.String()); err != nil {
 		t.Fatalf("job long after the Fleet's runDuration 100ms: %v\n%s", err, out)
 	}
 
 	s.MustKubectl(t, "root", "", "patch", "fleet", name, "--type=merge", "-p", `{"spec":{"simulation":null}}`)
-	membersSimulation(t, s, members, "")
+	membersHold(t, s, members, "simulation", "")
 
 	_, err = fleets.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"simulation":{"runDuration":"soon"}}}`),
 		metav1.PatchOptions{})

@@ -620,10 +620,13 @@ class FleetTest(ServerTestCase):
         name = unique("flsim")
         fleet = self.client.create_fleet(
             name, replicas=2, deletion_policy="Delete", template=template.name,
-            simulation={"nodes": {"count": 1}, "readyDelay": "1h"},
+            simulation={"nodes": {"count": 1}, "readyDelay": "1h"}, limits=kplane.PlaneLimits(max_objects=50),
         )
         self.assertEqual((fleet.spec.template, fleet.spec.simulation), (template.name, {"nodes": {"count": 1}, "readyDelay": "1h"}))
+        self.assertEqual(fleet.spec.limits, kplane.PlaneLimits(max_objects=50))
         fleet.wait_until_ready(timeout=60)
+        for p in fleet.planes():
+            self.assertTrue(eventually(lambda: self.client.get_plane(p.name).limits == kplane.PlaneLimits(max_objects=50)))
 
         def simulations():
             return [self.client.request("GET", f"/apis/kplane.dev/v1/planes/{p.name}")["spec"].get("simulation")

@@ -155,6 +155,7 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         template: str | None = None,
         simulation: Mapping[str, Any] | None = None,
+        limits: PlaneLimits | None = None,
     ) -> "AsyncFleet":
         """See :meth:`kplane.Client.create_fleet`."""
         fleet = await self._run(
@@ -168,6 +169,7 @@ class AsyncClient:
             labels=labels,
             template=template,
             simulation=simulation,
+            limits=limits,
         )
         return AsyncFleet(self, fleet)
 
@@ -190,6 +192,7 @@ class AsyncClient:
         delete_timeout: float | None = 120.0,
         template: str | None = None,
         simulation: Mapping[str, Any] | None = None,
+        limits: PlaneLimits | None = None,
     ) -> AsyncIterator["AsyncFleet"]:
         """See :meth:`kplane.Client.ephemeral_fleet`: deleted on exit, also
         when the block raises or is cancelled."""
@@ -202,6 +205,7 @@ class AsyncClient:
             ttl_seconds_after_ready=ttl_seconds_after_ready,
             template=template,
             simulation=simulation,
+            limits=limits,
         )
         try:
             yield fleet

@@ -247,6 +247,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         template: str | None = None,
         simulation: Mapping[str, Any] | None = None,
+        limits: PlaneLimits | None = None,
     ) -> "Fleet":
         """Create a Fleet: ``replicas`` planes named ``<name_prefix><index>``
         (four-digit index; the prefix defaults to ``<name>-``), or the planes
@@ -256,8 +257,10 @@ class Client:
         ``simulation`` is every member's simulated cluster, as a Plane's
         ``spec.simulation`` holds it (``{"faults": [...], "nodes": {"count":
         1}, "runDuration": "200ms", "readyDelay": "1s"}``); see
-        :meth:`Fleet.set_simulation`."""
+        :meth:`Fleet.set_simulation`. ``limits`` holds every member to what
+        it may store and request (see :class:`kplane.PlaneLimits`)."""
         spec = _fleet_spec(replicas, name_prefix, names, deletion_policy, ttl_seconds_after_ready, template, simulation)
+        spec.limits = limits
         meta: dict[str, Any] = {"name": name}
         if labels:
             meta["labels"] = dict(labels)
@@ -287,6 +290,7 @@ class Client:
         delete_timeout: float | None = 120.0,
         template: str | None = None,
         simulation: Mapping[str, Any] | None = None,
+        limits: PlaneLimits | None = None,
     ) -> Iterator["Fleet"]:
         """Create a Fleet for the ``with`` block and delete it on exit, also
         when the block raises. Unlike :meth:`create_fleet`, members are
@@ -302,6 +306,7 @@ class Client:
             ttl_seconds_after_ready=ttl_seconds_after_ready,
             template=template,
             simulation=simulation,
+            limits=limits,
         )
         try:
             yield fleet

@@ -344,6 +344,8 @@ class FleetSpec:
     #: Every member's ``spec.simulation`` (``faults``, ``nodes``,
     #: ``runDuration``, ``readyDelay``), as the API writes it.
     simulation: dict[str, Any] | None = None
+    #: Every member's limits (``spec.limits``).
+    limits: "PlaneLimits | None" = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FleetSpec":
@@ -355,6 +357,7 @@ class FleetSpec:
             ttl_seconds_after_ready=data.get("ttlSecondsAfterReady"),
             template=data.get("template"),
             simulation=dict(data["simulation"]) if data.get("simulation") is not None else None,
+            limits=PlaneLimits.from_dict(data.get("limits")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -373,6 +376,8 @@ class FleetSpec:
             out["template"] = self.template
         if self.simulation is not None:
             out["simulation"] = dict(self.simulation)
+        if self.limits is not None:
+            out["limits"] = {k: v for k, v in self.limits.to_dict().items() if v is not None}
         return out
 
     @property
