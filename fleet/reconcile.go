@@ -232,11 +232,11 @@ func (c *Controller) provisioner(ctx context.Context) {
 func (c *Controller) provision(ctx context.Context, m member) {
 	c.mu.Lock()
 	s := c.state[m.fleet]
-	spec, live := c.liveSpec(m.fleet)
-	skip := s == nil || time.Now().Before(s.retryAt) || !live || !IsMember(&Fleet{ObjectMeta: metav1.ObjectMeta{Name: m.fleet}, Spec: *spec}, m.plane)
+	f, live := c.liveFleet(m.fleet)
+	skip := s == nil || time.Now().Before(s.retryAt) || !live || !IsMember(f, m.plane)
 	c.mu.Unlock()
 	if !skip {
-		err := c.createPlane(ctx, m, spec)
+		err := c.createPlane(ctx, m, f)
 		if err == nil {
 			c.bootstrap(ctx, m.plane)
 		}
@@ -262,11 +262,11 @@ func (c *Controller) provision(ctx context.Context, m member) {
 	c.queue.AddAfter(m.fleet, eventDelay)
 }
 
-// liveSpec returns the spec of a Fleet that exists and is not being
-// deleted (a member queued before a scale-down may no longer be asked
-// for); callers hold c.mu.
-func (c *Controller) liveSpec(fleet string) (*Spec, bool) {
-	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(fleet)
+// liveFleet returns the name and spec of a Fleet that exists and is not
+// being deleted (a member queued before a scale-down may no longer be
+// asked for); callers hold c.mu.
+func (c *Controller) liveFleet(name string) (*Fleet, bool) {
+	obj, ok, _ := c.fleetInformer.GetStore().GetByKey(name)
 	if !ok {
 		return nil, false
 	}
@@ -275,12 +275,12 @@ func (c *Controller) liveSpec(fleet string) (*Spec, bool) {
 		return nil, false
 	}
 	// The spec only: the status of a large Fleet is most of the object.
-	spec := &Spec{}
-	raw, _ := u.Object["spec"].(map[string]any)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec); err != nil {
+	f := &Fleet{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	spec, _ := u.Object["spec"].(map[string]any)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &f.Spec); err != nil {
 		return nil, false
 	}
-	return spec, true
+	return f, true
 }
 
 func (c *Controller) reportCreateError(s *fleetState, missing []int, members []observed) {
@@ -299,16 +299,15 @@ func isCallerError(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
 
-// createPlane creates member m with the settings of the Fleet's spec, so
-// that its first Pods already run, and its first requests are held, as
-// the Fleet says.
-func (c *Controller) createPlane(ctx context.Context, m member, spec *Spec) error {
+// createPlane creates member m with f's settings, so that its first Pods
+// already run, and its first requests are held, as the Fleet says.
+func (c *Controller) createPlane(ctx context.Context, m member, f *Fleet) error {
 	name := m.plane
 	plane := lifecycle.NewPlane(name)
 	plane.Labels = map[string]string{Label: m.fleet}
 	plane.Spec.Template = m.template
-	plane.Spec.Simulation, plane.Spec.Limits, plane.Spec.Audit = spec.Simulation, spec.Limits, spec.Audit
-	settings, err := memberSettings(&Fleet{ObjectMeta: metav1.ObjectMeta{Name: m.fleet}, Spec: *spec})
+	plane.Spec.Simulation, plane.Spec.Limits, plane.Spec.Audit = f.Spec.Simulation, f.Spec.Limits, f.Spec.Audit
+	settings, err := memberSettings(f)
 	if err != nil {
 		return err
 	}

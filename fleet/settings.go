@@ -47,20 +47,24 @@ func (s memberSetting) digest() string {
 
 // memberSettings are what f decides of its members' Planes.
 func memberSettings(f *Fleet) ([]memberSetting, error) {
-	settings := []memberSetting{
-		{field: "simulation", annotation: SimulationAnnotation},
-		{field: "limits", annotation: LimitsAnnotation},
-		{field: "audit", annotation: AuditAnnotation},
-	}
-	values := []any{f.Spec.Simulation, f.Spec.Limits, f.Spec.Audit}
-	for i := range settings {
-		data, err := json.Marshal(values[i])
+	var settings []memberSetting
+	for _, field := range []struct {
+		name, annotation string
+		value            any // a typed pointer: nil encodes as null
+	}{
+		{"simulation", SimulationAnnotation, f.Spec.Simulation},
+		{"limits", LimitsAnnotation, f.Spec.Limits},
+		{"audit", AuditAnnotation, f.Spec.Audit},
+	} {
+		data, err := json.Marshal(field.value)
 		if err != nil {
-			return nil, fmt.Errorf("encoding spec.%s of Fleet %s: %w", settings[i].field, f.Name, err)
+			return nil, fmt.Errorf("encoding spec.%s of Fleet %s: %w", field.name, f.Name, err)
 		}
+		s := memberSetting{field: field.name, annotation: field.annotation}
 		if !bytes.Equal(data, []byte("null")) {
-			settings[i].value = data
+			s.value = data
 		}
+		settings = append(settings, s)
 	}
 	return settings, nil
 }
