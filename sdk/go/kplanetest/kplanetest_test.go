@@ -578,6 +578,12 @@ func TestWithSimulation(t *testing.T) {
 	}
 	eventually(t, "pod good ready once the faults are gone", podIs("good", ready(corev1.ConditionTrue)))
 
+	// A plane made without one is given one as well.
+	plain := Default().NewPlaneHandle(t)
+	if err := plain.SetSimulation(ctx, &Simulation{ReadyDelay: &metav1.Duration{Duration: time.Second}}); err != nil {
+		t.Fatalf("a simulation for a plane made without one: %v", err)
+	}
+
 	_, err = Default().CreatePlane(ctx, WithSimulation(Simulation{Faults: []Fault{{Type: "Explode"}}}))
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("a plane with fault type Explode: want 422, got %v", err)
