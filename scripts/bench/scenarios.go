@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -66,6 +67,9 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 	if err := layeredMembers(ctx, s, root, p, figures); err != nil {
 		return Result{}, err
 	}
+	if err := fleetSimulationChange(ctx, root, p.Members, figures); err != nil {
+		return Result{}, err
+	}
 	if err := copiedMembers(ctx, s, root, p, figures); err != nil {
 		return Result{}, err
 	}
@@ -93,6 +97,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		Notes: []string{
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
+			"layered_fleet_simulation_change_*: the Fleet's spec.simulation set after its members are ready, until every member's Plane holds it (watched); revisions from the patch to the last member's, per member.",
 			"marginal_heap_kib_per_member: the Go heap allocated 3 s after a forced garbage collection, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
 			"The template holds `objects` objects of ten kinds: namespace shop, a CRD and 100 of its custom resources, and ConfigMaps, Secrets, ServiceAccounts, Roles, RoleBindings, Services (without selector) and NetworkPolicies in shop.",
@@ -309,6 +314,56 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 	figures["layered_marginal_marked_heap_kib_per_member"] = (m1.markedHeap - m0.markedHeap) / 1024 / float64(p.Members)
 	fmt.Printf("   scenarios: %d template members ready in %.2fs, %.1f revisions and %.0f KiB RSS each\n", p.Members,
 		figures["layered_fleet_ready_seconds"], figures["layered_revisions_per_member"], figures["layered_marginal_rss_kib_per_member"])
+	return nil
+}
+
+// fleetSimulationChange gives the members of Fleet "episodes" a
+// simulation through the Fleet and times until every member's Plane holds
+// it, watching the Planes.
+func fleetSimulationChange(ctx context.Context, root dynamic.Interface, members int, figures map[string]float64) error {
+	planes := root.Resource(planesGVR)
+	selector := "kplane.dev/fleet=episodes"
+	list, err := planes.List(ctx, metav1.ListOptions{LabelSelector: selector, Limit: 1})
+	if err != nil {
+		return err
+	}
+	r0, err := strconv.ParseFloat(list.GetResourceVersion(), 64)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	if _, err := root.Resource(fleetsGVR).Patch(ctx, "episodes", types.MergePatchType,
+		[]byte(`{"spec":{"simulation":{"readyDelay":"1s"}}}`), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("giving the Fleet a simulation: %w", err)
+	}
+	given := map[string]bool{}
+	rv := list.GetResourceVersion()
+	var last float64
+	for len(given) < members {
+		w, err := planes.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+		if err != nil {
+			return err
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				w.Stop()
+				return apierrors.FromObject(ev.Object)
+			}
+			u := ev.Object.(*unstructured.Unstructured)
+			rv = u.GetResourceVersion()
+			if d, _, _ := unstructured.NestedString(u.Object, "spec", "simulation", "readyDelay"); d == "1s" {
+				given[u.GetName()] = true
+				last, _ = strconv.ParseFloat(rv, 64)
+			}
+			if len(given) == members {
+				break
+			}
+		}
+		w.Stop()
+	}
+	figures["layered_fleet_simulation_change_seconds"] = time.Since(began).Seconds()
+	figures["layered_fleet_simulation_change_revisions_per_member"] = (last - r0) / float64(members)
+	fmt.Printf("   scenarios: a Fleet simulation given to %d members in %.2fs\n", members, figures["layered_fleet_simulation_change_seconds"])
 	return nil
 }
 
