@@ -97,6 +97,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		Notes: []string{
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
+			"layered_fleet_writes: updates of the Fleet (its status) the watch saw until every member was Ready.",
 			"layered_fleet_simulation_change_*: the Fleet's spec.simulation set after its members are ready, until every member's Plane holds it (watched); revisions from the patch to the last member's, per member.",
 			"marginal_heap_kib_per_member: the Go heap allocated 3 s after a forced garbage collection, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
@@ -291,10 +292,12 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 	}
 	// Watched, not polled: GETs of the Fleet every few milliseconds took
 	// 15 % of the server's CPU from the members being made.
-	if _, err := awaitFleetReady(ctx, root.Resource(fleetsGVR), created, p.Members, began); err != nil {
+	progress, err := awaitFleetReady(ctx, root.Resource(fleetsGVR), created, p.Members, began)
+	if err != nil {
 		return fmt.Errorf("fleet of template members: %w", err)
 	}
 	figures["layered_fleet_ready_seconds"] = time.Since(began).Seconds()
+	figures["layered_fleet_writes"] = float64(progress.writes)
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
 			return err
@@ -308,6 +311,12 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 	m1, err := measure(s)
 	if err != nil {
 		return err
+	}
+	if p.ProfileDir != "" {
+		// What the members left live, read where the figures are.
+		if err := s.heapProfile(filepath.Join(p.ProfileDir, "scenarios-members-heap.pprof")); err != nil {
+			return err
+		}
 	}
 	figures["layered_marginal_rss_kib_per_member"] = (m1.rss - m0.rss) / 1024 / float64(p.Members)
 	figures["layered_marginal_heap_kib_per_member"] = (m1.liveHeap - m0.liveHeap) / 1024 / float64(p.Members)
