@@ -243,6 +243,22 @@ class TemplatesTest(ServerTestCase):
         self.assertNotIn("readyDelay", spec)
         self.assertNotIn("runDuration", spec)
 
+    def test_set_simulation_replaces_it_whole(self) -> None:
+        plane = self.client.create_plane(unique("wholesim"))
+        plane.wait_until_ready(timeout=30)
+
+        def simulation():
+            return self.client.request("GET", f"/apis/kplane.dev/v1/planes/{plane.name}")["spec"].get("simulation")
+
+        plane.set_simulation({"nodes": {"count": 1}, "readyDelay": "1s"})
+        self.assertEqual(simulation(), {"nodes": {"count": 1}, "readyDelay": "1s"})
+        plane.set_simulation({"runDuration": "200ms"})
+        self.assertEqual(simulation(), {"runDuration": "200ms"})
+        plane.set_simulation(None)
+        self.assertIsNone(simulation())
+        with self.assertRaises(kplane.InvalidError):
+            plane.set_simulation({"faults": [{"type": "Explode"}]})
+
 
 class LimitsTest(ServerTestCase):
     def test_limits_usage_and_refusal(self) -> None:

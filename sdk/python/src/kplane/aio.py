@@ -274,6 +274,10 @@ class AsyncPlane:
         """See :meth:`kplane.Plane.set_timings`."""
         await self.client._run(self.sync.set_timings, run_duration, ready_delay)
 
+    async def set_simulation(self, simulation: Mapping[str, Any] | None) -> None:
+        """See :meth:`kplane.Plane.set_simulation`."""
+        await self.client._run(self.sync.set_simulation, simulation)
+
     async def state(
         self,
         resource: str | Iterable[str] | None = None,

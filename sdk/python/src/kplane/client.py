@@ -419,6 +419,24 @@ class Plane:
         :class:`kplane.InvalidError`."""
         self._patch_simulation({"runDuration": _duration(run_duration), "readyDelay": _duration(ready_delay)})
 
+    def set_simulation(self, simulation: Mapping[str, Any] | None) -> None:
+        """Replace this plane's whole simulated cluster (``None``: the
+        server's defaults), as its Plane's ``spec.simulation`` holds it:
+        ``{"faults": [...], "nodes": {...}, "runDuration": "200ms",
+        "readyDelay": "1s"}``; what it leaves out is no longer set, unlike
+        :meth:`set_faults`, :meth:`set_nodes` and :meth:`set_timings`, which
+        change their part only. Needs the admin (root) credential; an
+        invalid one raises :class:`kplane.InvalidError`."""
+        path = f"{_PLANES}/{urllib.parse.quote(self.name, safe='')}"
+        if simulation is None:
+            self._patch_simulation(None)
+            return
+        # A JSON patch replaces it whole: a merge would keep the keys left out.
+        body = [{"op": "add", "path": "/spec/simulation", "value": _simulation(simulation)}]
+        self.client.request(
+            "PATCH", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json-patch+json"}
+        )
+
     def set_limits(self, limits: PlaneLimits | None) -> None:
         """Replace this plane's limits (``None``: the server's defaults);
         they hold from the plane's next request. Needs the admin (root)
@@ -434,7 +452,7 @@ class Plane:
         """What the plane uses, as its Plane's status last reported it."""
         return self.client.get_plane(self.name).usage
 
-    def _patch_simulation(self, simulation: dict[str, Any]) -> None:
+    def _patch_simulation(self, simulation: dict[str, Any] | None) -> None:
         self.client.request(
             "PATCH",
             f"{_PLANES}/{urllib.parse.quote(self.name, safe='')}",
