@@ -18,14 +18,25 @@ import (
 var errPlanesNotBuilt = errors.New("the Planes' storage is not built yet")
 
 // planesStore returns the storage of the root's Planes. It is built
-// before the lifecycle starts (the kplane-planes post-start hook) and never
-// released: the root's Plane CRD stays.
+// before the lifecycle starts (the kplane-planes post-start hook). A new
+// spec of the Plane CRD (a new release's, applied by the kplane-root-crds
+// hook meanwhile) moves root to the storage of the new content, which is
+// built on its first use and never was: the Planes were then never listed
+// and the server never became ready. It is built here when missing.
 func (m *Manager) planesStore() (*planestorage.Store, error) {
-	store := m.config.Storage.StorageFor(planes.Root, planeResource)
-	if store == nil {
-		return nil, errPlanesNotBuilt
+	if store := m.config.Storage.StorageFor(planes.Root, planeResource); store != nil {
+		return store, nil
 	}
-	return store, nil
+	if m.config.CustomResources != nil {
+		// Builds what root's CRDs need and returns: nothing here waits.
+		if err := m.config.CustomResources.EnsureStorages(context.Background(), planes.Root); err != nil {
+			return nil, fmt.Errorf("building the Planes' storage: %w", err)
+		}
+		if store := m.config.Storage.StorageFor(planes.Root, planeResource); store != nil {
+			return store, nil
+		}
+	}
+	return nil, errPlanesNotBuilt
 }
 
 // readPlane reads plane's Plane from the datastore (a consistent read,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kplane.dev/kplane/planes/lifecycle"
@@ -140,4 +142,35 @@ func firstAnswers(ctx context.Context, s *framework.Server, names []string) map[
 	close(work)
 	getters.Wait()
 	return codes
+}
+
+// TestRestartAppliesANewPlaneCRD: a server started on a datastore whose
+// Plane CRD another release wrote (here: a description changed) puts its
+// own back and becomes ready with its stored planes; a plane made then
+// serves. The start used to list the Planes from the storage of the CRD
+// it replaced and never became ready.
+func TestRestartAppliesANewPlaneCRD(t *testing.T) {
+	t.Parallel()
+	s := framework.StartServer(t, framework.Options{})
+	// Enough Planes that their watch cache fills after the CRD's update.
+	createPlainPlanes(t, s, "kept", 3000)
+	crds := s.Dynamic(t, "root").Resource(crdGVR)
+	patch := []byte(`[{"op":"replace","path":"/spec/versions/0/schema/openAPIV3Schema/description","value":"an older release's"}]`)
+	if _, err := crds.Patch(t.Context(), "planes.kplane.dev", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	s.Restart(t)
+
+	crd, err := crds.Get(t.Context(), "planes.kplane.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _, _ := unstructured.NestedString(crd.Object, "spec", "versions", "0", "schema", "openAPIV3Schema", "description"); d == "an older release's" {
+		t.Fatal("the restarted server kept the stored Plane CRD")
+	}
+	createPlane(t, s, "after-new-crd", "")
+	if _, err := s.Client(t, "kept-2999").CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a stored plane after the restart: %v", err)
+	}
 }
