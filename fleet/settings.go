@@ -83,7 +83,11 @@ func (c *Controller) applySettings(ctx context.Context, f *Fleet, names []string
 	if err != nil {
 		return err
 	}
-	var stale []*unstructured.Unstructured
+	type staleMember struct {
+		plane *unstructured.Unstructured
+		ops   []patchOp
+	}
+	var stale []staleMember
 	for i, uid := range owned {
 		if uid == "" {
 			continue
@@ -92,8 +96,10 @@ func (c *Controller) applySettings(ctx context.Context, f *Fleet, names []string
 		if !ok {
 			continue
 		}
-		if p := obj.(*unstructured.Unstructured); p.GetUID() == uid && len(settingsPatch(p, settings)) > 0 {
-			stale = append(stale, p)
+		if p := obj.(*unstructured.Unstructured); p.GetUID() == uid {
+			if ops := settingsPatch(p, settings); len(ops) > 0 {
+				stale = append(stale, staleMember{p, ops})
+			}
 		}
 	}
 	idx := make([]int, len(stale))
@@ -101,18 +107,13 @@ func (c *Controller) applySettings(ctx context.Context, f *Fleet, names []string
 		idx[i] = i
 	}
 	return c.forEach(ctx, idx, func(ctx context.Context, i int) error {
-		return c.giveSettings(ctx, stale[i], settings)
+		return c.giveSettings(ctx, stale[i].plane, stale[i].ops)
 	})
 }
 
-// giveSettings gives plane p the settings it was not given yet, unless p
-// changed since the informer showed it: the next reconcile sees the
-// change.
-func (c *Controller) giveSettings(ctx context.Context, p *unstructured.Unstructured, settings []memberSetting) error {
-	ops := settingsPatch(p, settings)
-	if len(ops) == 0 {
-		return nil
-	}
+// giveSettings applies ops (settingsPatch's) to plane p, unless p changed
+// since the informer showed it: the next reconcile sees the change.
+func (c *Controller) giveSettings(ctx context.Context, p *unstructured.Unstructured, ops []patchOp) error {
 	// The resourceVersion first: a concurrent change of p makes the
 	// patch conflict instead of being overwritten.
 	ops = append([]patchOp{{Op: "replace", Path: "/metadata/resourceVersion", Value: p.GetResourceVersion()}}, ops...)
