@@ -216,8 +216,17 @@ func key(obj runtime.Object) string {
 }
 
 // convert returns the versioned form of a cached object as plane shows
-// it: plane folded in, without the storage's layer mark. The record may
-// be another plane's, a template's that plane inherits.
+// it: plane folded in, without the storage's layer mark and without
+// managed fields. The record may be another plane's, a template's that
+// plane inherits.
+//
+// No controller reads managed fields, and a write of an object without
+// them keeps the stored ones (the API server takes the live object's), so
+// the informers drop them as kube-controller-manager's do. A live event's
+// object is a deep copy (the watch cache's caching object hands out
+// copies) that the informer keeps: without its managed fields, a Running
+// Pod's copy is about 0.7 KiB smaller (heap profiles of the pod-memory
+// bench).
 func (s *source) convert(obj runtime.Object, plane string) (runtime.Object, bool) {
 	if plane == "" || !s.store.Owns(plane) {
 		return nil, false
@@ -230,6 +239,9 @@ func (s *source) convert(obj runtime.Object, plane string) (runtime.Object, bool
 	if err != nil {
 		return nil, false
 	}
+	// The converted metadata is a copy of the cached object's struct:
+	// clearing the field here leaves the cache's object as it is.
+	accessor.SetManagedFields(nil)
 	if annotations := accessor.GetAnnotations(); annotations[planes.Annotation] != plane ||
 		annotations[planestorage.LayerAnnotation] != "" {
 		// A copy: the map is the watch cache's.
