@@ -121,7 +121,7 @@ func parseFlags() *benchFlags {
 	f.out = flag.String("out", "bench/density.json", "JSON file to write; the Markdown table and the plots go beside it")
 	f.churnSettle = flag.Duration("crd-churn-settle", 80*time.Second, "idle time before the crd-churn scenario's second reading (the watch caches keep 75 s of events)")
 	f.crdCycles = flag.Int("crd-cycles", 1000, "CRD create/delete cycles of the crd-churn scenario")
-	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, workloads: its rollout, container: the bare binary, profiles: its empty server, restart: its restarts, scenarios: its resets, plain-planes: its base planes)")
+	f.oldBinary = flag.String("old-binary", "", "an earlier kplane binary, measured side by side by the scenarios that compare (crd-churn, services, workloads: its rollout, container: the bare binary, profiles: its empty server, restart: its restarts, pod-memory: its memory per Pod, scenarios: its resets, plain-planes: its base planes)")
 	f.gotestExample = flag.String("gotest-example", "examples/rayserve-operator", "operator module whose test suite the gotest scenario runs")
 	f.gotestPlanes = flag.Int("gotest-planes", 100, "planes the gotest scenario creates one after another to time a new plane with CRDs")
 	f.gotestParallel = flag.Int("gotest-parallel", 64, "-test.parallel of the gotest scenario's suite on kplane")
@@ -145,7 +145,7 @@ func parseFlags() *benchFlags {
 	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
-	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout) and restart in which the two binaries take turns going first; each figure is the median of its rounds")
+	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory and restart in which the two binaries take turns going first; each figure is the median of its rounds")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
@@ -208,7 +208,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 	case "plain-planes":
 		res, err = plainPlanesScenario(bin, plainPlanesParams{Planes: *f.plainPlaneCount, Workers: *f.workers, BaseOnly: *f.plainBaseOnly, Old: *f.oldBinary, Rounds: *f.rounds, ProfileDir: *f.profileDir})
 	case "pod-memory":
-		res, err = podMemoryScenario(bin, podMemoryParams{Planes: *f.podMemoryPlanes, Pods: *f.podMemoryPods, Workers: *f.workers, ProfileDir: *f.profileDir})
+		res, err = podMemoryScenario(bin, podMemoryParams{Planes: *f.podMemoryPlanes, Pods: *f.podMemoryPods, Workers: *f.workers, ProfileDir: *f.profileDir, Old: *f.oldBinary, Rounds: *f.rounds})
 	case "quota":
 		res, err = quotaScenario(bin, quotaParams{Creates: *f.quotaCreates, Deletes: *f.quotaDeletes})
 	case "policies":

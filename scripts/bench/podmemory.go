@@ -19,6 +19,10 @@ type podMemoryParams struct {
 	// ProfileDir, when set, receives each server's heap profile before
 	// and after the measured Pods (pod-memory-<mode>-{before,after}.pprof).
 	ProfileDir string
+	// Old is an earlier binary measured the same way, Rounds times each,
+	// the two taking turns (old_* figures, medians).
+	Old    string
+	Rounds int
 }
 
 // podMemoryScenario measures what the simulation keeps per Pod: the same
@@ -29,24 +33,58 @@ type podMemoryParams struct {
 // after that and again after Pods more Pods per plane, so the nodes are
 // not counted.
 func podMemoryScenario(binary string, p podMemoryParams) (Result, error) {
-	figures := map[string]float64{}
-	for _, mode := range []string{"off", "on"} {
-		if err := podMemory(binary, p, mode, figures); err != nil {
-			return Result{}, fmt.Errorf("simulation %s: %w", mode, err)
+	measure := func(old bool) (map[string]float64, error) {
+		bin := binary
+		if old {
+			bin = p.Old
 		}
+		return podMemoryFigures(bin, p)
 	}
-	figures["simulation_heap_kib_per_pod"] = figures["on_heap_kib_per_pod"] - figures["off_heap_kib_per_pod"]
-	figures["running_pod_json_growth_bytes"] = figures["on_pod_json_bytes"] - figures["off_pod_json_bytes"]
+	figures := map[string]float64{}
+	if p.Old == "" {
+		var rounds []map[string]float64
+		for range max(p.Rounds, 1) {
+			f, err := measure(false)
+			if err != nil {
+				return Result{}, err
+			}
+			rounds = append(rounds, f)
+		}
+		addPrefixed(figures, "", medians(rounds))
+	} else {
+		current, old, err := alternate(p.Rounds, measure)
+		if err != nil {
+			return Result{}, err
+		}
+		addPrefixed(figures, "", current)
+		addPrefixed(figures, "old_", old)
+	}
 	return Result{
 		Scenario: "pod-memory",
-		Params:   map[string]any{"planes": p.Planes, "pods_per_plane": p.Pods, "workers": p.Workers},
+		Params:   map[string]any{"planes": p.Planes, "pods_per_plane": p.Pods, "workers": p.Workers, "rounds": max(p.Rounds, 1), "old_binary": p.Old != ""},
 		Figures:  figures,
 		Notes: []string{
 			"off_heap_kib_per_pod: heap in use per Pod with --simulation=false (the Pod stored and in the watch cache, Pending); on_heap_kib_per_pod: the same Pods Running on simulated nodes.",
 			"simulation_heap_kib_per_pod = on - off: what the simulation keeps per Pod (its informers' copies, scheduler and kubelet state) plus the Running Pod's larger status (running_pod_json_growth_bytes of JSON more than the Pending one).",
+			"*_marked_heap_kib_per_pod: the same from the heap the last forced collection found live (go_gc_heap_live_bytes): without the spans freed objects leave in use nor what the server allocated after the collection, so it moves less from run to run.",
 			"The plane's nodes come with its first Pod, before the first reading: they are not in the per-Pod figures.",
+			"With --old-binary, old_* are the earlier binary's figures, the two binaries taking turns for --rounds rounds (medians; _min, _max: the extremes).",
 		},
 	}, nil
+}
+
+// podMemoryFigures measures binary with the simulation off, then on.
+func podMemoryFigures(binary string, p podMemoryParams) (map[string]float64, error) {
+	figures := map[string]float64{}
+	for _, mode := range []string{"off", "on"} {
+		if err := podMemory(binary, p, mode, figures); err != nil {
+			return nil, fmt.Errorf("simulation %s: %w", mode, err)
+		}
+	}
+	figures["simulation_heap_kib_per_pod"] = figures["on_heap_kib_per_pod"] - figures["off_heap_kib_per_pod"]
+	figures["simulation_marked_heap_kib_per_pod"] = figures["on_marked_heap_kib_per_pod"] - figures["off_marked_heap_kib_per_pod"]
+	figures["running_pod_json_growth_bytes"] = figures["on_pod_json_bytes"] - figures["off_pod_json_bytes"]
+	return figures, nil
 }
 
 func podMemory(binary string, p podMemoryParams, mode string, figures map[string]float64) error {
@@ -64,19 +102,19 @@ func podMemory(binary string, p podMemoryParams, mode string, figures map[string
 		names[i] = fmt.Sprintf("bench-%05d", i)
 	}
 	running := mode == "on"
-	// Pods from..to-1 in every plane, then the heap in use once they are
-	// there (and its profile, named at).
-	addPods := func(from, to int, at string) (float64, error) {
+	// Pods from..to-1 in every plane, then the memory once they are there
+	// (and the heap's profile, named at).
+	addPods := func(from, to int, at string) (memory, error) {
 		if _, _, err := forEach(names, p.Workers, func(ctx context.Context, plane string) error {
 			return createPods(ctx, s, plane, from, to, running)
 		}); err != nil {
-			return 0, err
+			return memory{}, err
 		}
-		_, heap, err := settle(s)
+		m, err := measure(s)
 		if err != nil {
-			return 0, err
+			return memory{}, err
 		}
-		return heap, profile(s, p.ProfileDir, "pod-memory-"+mode+"-"+at)
+		return m, profile(s, p.ProfileDir, "pod-memory-"+mode+"-"+at)
 	}
 	before, err := addPods(0, 1, "before")
 	if err != nil {
@@ -86,14 +124,16 @@ func podMemory(binary string, p podMemoryParams, mode string, figures map[string
 	if err != nil {
 		return err
 	}
-	figures[mode+"_heap_kib_per_pod"] = (after - before) / 1024 / float64(p.Planes*p.Pods)
+	pods := float64(p.Planes * p.Pods)
+	figures[mode+"_heap_kib_per_pod"] = (after.heapInuse - before.heapInuse) / 1024 / pods
+	figures[mode+"_marked_heap_kib_per_pod"] = (after.markedHeap - before.markedHeap) / 1024 / pods
 	size, err := podJSONSize(s, names[0], "pod-1")
 	if err != nil {
 		return err
 	}
 	figures[mode+"_pod_json_bytes"] = size
-	fmt.Printf("   pod-memory, simulation %s: %.1f KiB of heap per Pod, %.0f bytes of JSON per Pod\n",
-		mode, figures[mode+"_heap_kib_per_pod"], size)
+	fmt.Printf("   pod-memory, simulation %s: %.1f KiB of heap per Pod (%.1f marked live), %.0f bytes of JSON per Pod\n",
+		mode, figures[mode+"_heap_kib_per_pod"], figures[mode+"_marked_heap_kib_per_pod"], size)
 	return nil
 }
 
