@@ -3,6 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -88,24 +89,14 @@ func deletingStatus(f *Fleet, remaining int, now metav1.Time) Status {
 	return st
 }
 
-// setCondition returns conditions with c set; its lastTransitionTime
-// changes only when its status does.
+// setCondition returns a copy of conditions with c set (the informer's
+// Fleet is not changed); its lastTransitionTime moves to now only when
+// its status does.
 func setCondition(conditions []metav1.Condition, c metav1.Condition, now metav1.Time) []metav1.Condition {
-	out := make([]metav1.Condition, 0, len(conditions)+1)
-	for _, existing := range conditions {
-		if existing.Type != c.Type {
-			out = append(out, existing)
-			continue
-		}
-		c.LastTransitionTime = existing.LastTransitionTime
-		if existing.Status != c.Status {
-			c.LastTransitionTime = now
-		}
-	}
-	if c.LastTransitionTime.IsZero() {
-		c.LastTransitionTime = now
-	}
-	return append(out, c)
+	out := slices.Clone(conditions)
+	c.LastTransitionTime = now
+	meta.SetStatusCondition(&out, c)
+	return out
 }
 
 // compact returns st, with detail of its members dropped step by step
