@@ -40,24 +40,9 @@ func podMemoryScenario(binary string, p podMemoryParams) (Result, error) {
 		}
 		return podMemoryFigures(bin, p)
 	}
-	figures := map[string]float64{}
-	if p.Old == "" {
-		var rounds []map[string]float64
-		for range max(p.Rounds, 1) {
-			f, err := measure(false)
-			if err != nil {
-				return Result{}, err
-			}
-			rounds = append(rounds, f)
-		}
-		addPrefixed(figures, "", medians(rounds))
-	} else {
-		current, old, err := alternate(p.Rounds, measure)
-		if err != nil {
-			return Result{}, err
-		}
-		addPrefixed(figures, "", current)
-		addPrefixed(figures, "old_", old)
+	figures, err := roundsFigures(p.Rounds, p.Old != "", measure)
+	if err != nil {
+		return Result{}, err
 	}
 	return Result{
 		Scenario: "pod-memory",

@@ -57,24 +57,9 @@ func restartScenario(binary string, p restartParams) (Result, error) {
 		fmt.Printf("   restart (old %v): ready %.2f s, the last stored plane answers %.2f s\n", old, ready, answered)
 		return map[string]float64{"restart_to_ready_s": ready, "restart_to_plane_s": answered}, nil
 	}
-	figures := map[string]float64{}
-	if p.Old == "" {
-		var rounds []map[string]float64
-		for range max(p.Rounds, 1) {
-			f, err := measure(false)
-			if err != nil {
-				return Result{}, err
-			}
-			rounds = append(rounds, f)
-		}
-		addPrefixed(figures, "", medians(rounds))
-	} else {
-		current, old, err := alternate(p.Rounds, measure)
-		if err != nil {
-			return Result{}, err
-		}
-		addPrefixed(figures, "", current)
-		addPrefixed(figures, "old_", old)
+	figures, err := roundsFigures(p.Rounds, p.Old != "", measure)
+	if err != nil {
+		return Result{}, err
 	}
 	return Result{
 		Scenario: "restart",

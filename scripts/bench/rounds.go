@@ -38,6 +38,32 @@ func alternate(rounds int, measure func(old bool) (map[string]float64, error)) (
 	return medians(currentRounds), medians(oldRounds), nil
 }
 
+// roundsFigures measures the binary under test rounds times, or, with an
+// older binary (withOld), both in turn (alternate): the medians, the
+// older binary's prefixed old_.
+func roundsFigures(rounds int, withOld bool, measure func(old bool) (map[string]float64, error)) (map[string]float64, error) {
+	figures := map[string]float64{}
+	if !withOld {
+		var all []map[string]float64
+		for range max(rounds, 1) {
+			f, err := measure(false)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, f)
+		}
+		addPrefixed(figures, "", medians(all))
+		return figures, nil
+	}
+	current, old, err := alternate(rounds, measure)
+	if err != nil {
+		return nil, err
+	}
+	addPrefixed(figures, "", current)
+	addPrefixed(figures, "old_", old)
+	return figures, nil
+}
+
 // medians keeps each figure's median over rounds, and its extremes when
 // there is more than one round.
 func medians(rounds []map[string]float64) map[string]float64 {

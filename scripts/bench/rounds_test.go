@@ -41,3 +41,28 @@ func TestAlternate(t *testing.T) {
 		t.Errorf("one round: %v, %v; want the figure alone", one, err)
 	}
 }
+
+// Without an older binary only the one under test is measured, every
+// round; with one, its medians come prefixed old_.
+func TestRoundsFigures(t *testing.T) {
+	n := 0.0
+	alone, err := roundsFigures(3, false, func(isOld bool) (map[string]float64, error) {
+		if isOld {
+			t.Error("the older binary measured without one")
+		}
+		n++
+		return map[string]float64{"s": n}, nil
+	})
+	if want := map[string]float64{"s": 2, "s_min": 1, "s_max": 3}; err != nil || !reflect.DeepEqual(alone, want) {
+		t.Errorf("alone: %v, %v; want %v", alone, err, want)
+	}
+	both, err := roundsFigures(1, true, func(isOld bool) (map[string]float64, error) {
+		if isOld {
+			return map[string]float64{"s": 9}, nil
+		}
+		return map[string]float64{"s": 5}, nil
+	})
+	if want := map[string]float64{"s": 5, "old_s": 9}; err != nil || !reflect.DeepEqual(both, want) {
+		t.Errorf("side by side: %v, %v; want %v", both, err, want)
+	}
+}
