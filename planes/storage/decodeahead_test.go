@@ -52,6 +52,35 @@ func (d *countingDecoder) reset() {
 	d.calls, d.mostAtOnce, d.decodedPerRecord = 0, 0, map[string]int{}
 }
 
+// localThingsStorage is upstream's etcd3 storage of unstructured "things"
+// under /registry/things/, reading a datastore of its own as the server
+// reads its own: in process, in pages (a datastore reached over gRPC
+// streams lists, which are decoded as upstream does), with decoder behind
+// the decode-ahead one.
+func localThingsStorage(t *testing.T, decoder etcd3.Decoder) (context.Context, *datastoreClients, storage.Interface) {
+	t.Helper()
+	ctx, d := testDatastore(t)
+	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
+	config.Transport.ServerList = d.Endpoints
+	clients := newDatastoreClients()
+	clients.useLocal(d.Endpoints, d.InProcess.NewClient)
+	shared, release, err := clients.acquire(config.Transport, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	newFunc := func() apiruntime.Object { return &unstructured.Unstructured{} }
+	newListFunc := func() apiruntime.Object { return &unstructured.UnstructuredList{} }
+	raw, err := etcd3.New(shared.client, nil, config.Codec, newFunc, newListFunc, "/registry", "/things",
+		schema.GroupResource{Resource: "things"}, identity.NewEncryptCheckTransformer(), config.LeaseManagerConfig,
+		aheadDecoder{decoder}, storage.APIObjectVersioner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(raw.Close)
+	return ctx, clients, raw
+}
+
 // A cache's list decoded ahead is the list decoded in order, item for
 // item (whole, paged, filtered), every record decoded once, on more than
 // one goroutine; the helpers are gone when the list returns.
@@ -59,29 +88,8 @@ func TestCacheListsDecodeAhead(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}
-	ctx, d := testDatastore(t)
-	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
-	config.Transport.ServerList = d.Endpoints
-	clients := newDatastoreClients()
-	// As the server reads its own datastore: in process, in pages (a
-	// datastore reached over gRPC streams lists, which are decoded as
-	// upstream does).
-	clients.useLocal(d.Endpoints, d.InProcess.NewClient)
-	shared, release, err := clients.acquire(config.Transport, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	decoder := &countingDecoder{Decoder: etcd3.NewDefaultDecoder(config.Codec, storage.APIObjectVersioner{})}
-	gr := schema.GroupResource{Resource: "things"}
-	newFunc := func() apiruntime.Object { return &unstructured.Unstructured{} }
-	newListFunc := func() apiruntime.Object { return &unstructured.UnstructuredList{} }
-	raw, err := etcd3.New(shared.client, nil, config.Codec, newFunc, newListFunc, "/registry", "/things", gr,
-		identity.NewEncryptCheckTransformer(), config.LeaseManagerConfig, aheadDecoder{decoder}, storage.APIObjectVersioner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	decoder := &countingDecoder{Decoder: etcd3.NewDefaultDecoder(unstructured.UnstructuredJSONScheme, storage.APIObjectVersioner{})}
+	ctx, _, raw := localThingsStorage(t, decoder)
 	const records = 1000
 	for i := range records {
 		obj := &unstructured.Unstructured{}

@@ -7,12 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	apiruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
-	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 )
 
 // A cache's first list under a prefix read ahead is that read: the
@@ -21,25 +17,7 @@ import (
 // the cache's next list read the datastore, and see what was written
 // since.
 func TestFirstCacheListTakesTheReadAhead(t *testing.T) {
-	ctx, d := testDatastore(t)
-	config := storagebackend.NewDefaultConfig("/registry", unstructured.UnstructuredJSONScheme)
-	config.Transport.ServerList = d.Endpoints
-	clients := newDatastoreClients()
-	clients.useLocal(d.Endpoints, d.InProcess.NewClient)
-	shared, release, err := clients.acquire(config.Transport, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	newFunc := func() apiruntime.Object { return &unstructured.Unstructured{} }
-	newListFunc := func() apiruntime.Object { return &unstructured.UnstructuredList{} }
-	raw, err := etcd3.New(shared.client, nil, config.Codec, newFunc, newListFunc, "/registry", "/things",
-		schema.GroupResource{Resource: "things"}, identity.NewEncryptCheckTransformer(), config.LeaseManagerConfig,
-		aheadDecoder{etcd3.NewDefaultDecoder(config.Codec, storage.APIObjectVersioner{})}, storage.APIObjectVersioner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	ctx, clients, raw := localThingsStorage(t, etcd3.NewDefaultDecoder(unstructured.UnstructuredJSONScheme, storage.APIObjectVersioner{}))
 	create := func(name string) {
 		t.Helper()
 		obj := &unstructured.Unstructured{}
