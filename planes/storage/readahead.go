@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"bytes"
 	"context"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,11 +24,13 @@ import (
 // records at the read's revision, from which the cache then watches, as
 // if its list had come that much earlier. Only that first list uses it
 // (a cache's later lists, and every client's, go to the datastore), and
-// the records go once it reached the last page.
+// the records go once it took the last page, or after readAheadKept.
 
-// readAheadUnclaimed is how long a read waits for its cache's list before
-// it is dropped (a prefix no cache lists, or a cache built late).
-const readAheadUnclaimed = time.Minute
+// readAheadKept is how long a read waits for its cache's list before it
+// is dropped (a prefix no cache lists, or a cache built late); a list
+// still taking pages then reads the rest from the datastore, at the same
+// revision.
+const readAheadKept = time.Minute
 
 // readAheads are the prefixes read ahead of their caches' lists.
 type readAheads struct {
@@ -39,10 +43,12 @@ type readAheads struct {
 // pages follow at the read's revision.
 type readAhead struct {
 	done chan struct{}
-	kvs  []*mvccpb.KeyValue
-	rev  int64
-	err  error
-	// serving is set once a list took the first page.
+	// kvs, rev and err are set before done is closed, and kvs is
+	// dropped with the read (all under readAheads.mu).
+	kvs []*mvccpb.KeyValue
+	rev int64
+	err error
+	// serving is set once a list took the first page (readAheads.mu).
 	serving bool
 }
 
@@ -62,26 +68,30 @@ func (r *readAheads) start(ctx context.Context, newClient func() *clientv3.Clien
 	r.mu.Unlock()
 	go func() {
 		defer close(read.done)
-		client := newClient()
-		defer client.Close()
-		resp, err := client.Get(ctx, prefix, clientv3.WithPrefix())
-		if err != nil {
-			read.err = err
-			return
-		}
-		// A datastore answers a range in key order; the pages are cut by
-		// key, so make sure of it.
-		read.kvs = resp.Kvs
-		sort.Slice(read.kvs, func(i, j int) bool { return string(read.kvs[i].Key) < string(read.kvs[j].Key) })
-		read.rev = resp.Header.Revision
-	}()
-	time.AfterFunc(readAheadUnclaimed, func() {
+		kvs, rev, err := readPrefix(ctx, newClient(), prefix)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.reads[prefix] == read && !read.serving {
-			delete(r.reads, prefix)
+		read.err = err
+		if r.reads[prefix] == read {
+			// A read dropped meanwhile keeps nothing.
+			read.kvs, read.rev = kvs, rev
 		}
-	})
+	}()
+	time.AfterFunc(readAheadKept, func() { r.drop(prefix, read) })
+}
+
+// readPrefix reads every record under prefix through client, which it
+// closes, in key order.
+func readPrefix(ctx context.Context, client *clientv3.Client, prefix string) ([]*mvccpb.KeyValue, int64, error) {
+	defer client.Close()
+	resp, err := client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, err
+	}
+	// A datastore answers a range in key order; the pages are cut by key,
+	// so make sure of it.
+	slices.SortFunc(resp.Kvs, func(a, b *mvccpb.KeyValue) int { return bytes.Compare(a.Key, b.Key) })
+	return resp.Kvs, resp.Header.Revision, nil
 }
 
 // page answers a cache list's read of prefix from a read ahead, if there
@@ -91,22 +101,8 @@ func (r *readAheads) page(ctx context.Context, prefix string, opts etcdkubernete
 	if r == nil {
 		return resp, false
 	}
-	r.mu.Lock()
-	read := r.reads[prefix]
-	switch {
-	case read == nil:
-	case !read.serving && opts.Revision == 0 && opts.Continue == "":
-		read.serving = true
-		ok = true
-	case read.serving && opts.Continue != "":
-		select {
-		case <-read.done:
-			ok = read.err == nil && opts.Revision == read.rev
-		default:
-		}
-	}
-	r.mu.Unlock()
-	if !ok {
+	read, first := r.claim(prefix, opts)
+	if read == nil {
 		return resp, false
 	}
 	select {
@@ -115,31 +111,58 @@ func (r *readAheads) page(ctx context.Context, prefix string, opts etcdkubernete
 		r.drop(prefix, read)
 		return resp, false
 	}
-	if read.err != nil {
-		r.drop(prefix, read)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reads[prefix] != read || read.err != nil || (!first && opts.Revision != read.rev) {
+		r.dropLocked(prefix, read)
 		return resp, false
 	}
 	start := prefix
 	if opts.Continue != "" {
 		start = opts.Continue
 	}
-	rest := read.kvs[sort.Search(len(read.kvs), func(i int) bool { return string(read.kvs[i].Key) >= start }):]
+	from, _ := slices.BinarySearchFunc(read.kvs, start, func(kv *mvccpb.KeyValue, key string) int { return strings.Compare(string(kv.Key), key) })
+	rest := read.kvs[from:]
 	n := len(rest)
 	if opts.Limit > 0 && int(opts.Limit) < n {
 		n = int(opts.Limit)
 	}
-	if n == len(rest) {
-		r.drop(prefix, read)
-	}
 	// A copy: the storage clears the page's entries as it decodes them.
-	return etcdkubernetes.ListResponse{Kvs: append([]*mvccpb.KeyValue(nil), rest[:n]...), Count: int64(len(rest)), Revision: read.rev}, true
+	resp = etcdkubernetes.ListResponse{Kvs: slices.Clone(rest[:n]), Count: int64(len(rest)), Revision: read.rev}
+	if n == len(rest) {
+		r.dropLocked(prefix, read)
+	}
+	return resp, true
+}
+
+// claim returns the read that answers this list read of prefix, if any,
+// and whether it is the list's first page.
+func (r *readAheads) claim(prefix string, opts etcdkubernetes.ListOptions) (read *readAhead, first bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	read = r.reads[prefix]
+	switch {
+	case read == nil:
+		return nil, false
+	case !read.serving && opts.Revision == 0 && opts.Continue == "":
+		read.serving = true
+		return read, true
+	case read.serving && opts.Continue != "":
+		return read, false
+	}
+	return nil, false
 }
 
 // drop forgets read, the prefix's read ahead, if it still is.
 func (r *readAheads) drop(prefix string, read *readAhead) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.dropLocked(prefix, read)
+}
+
+func (r *readAheads) dropLocked(prefix string, read *readAhead) {
 	if r.reads[prefix] == read {
 		delete(r.reads, prefix)
+		read.kvs = nil
 	}
 }
