@@ -22,6 +22,9 @@ type cacheSource struct {
 	storage.Interface
 	entered      atomic.Uint64
 	acknowledged atomic.Uint64
+	// observed is the newest change a watch of the datastore itself
+	// delivered (freshreads.go).
+	observed atomic.Uint64
 }
 
 func (c *cacheSource) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {

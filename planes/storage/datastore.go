@@ -47,6 +47,8 @@ type datastoreClients struct {
 	localEndpoints []string
 	// reads are the prefixes read ahead from the local datastore.
 	reads readAheads
+	// observed follows what the datastore's answers show (observedkv.go).
+	observed observedRevisions
 }
 
 type datastoreClient struct {
@@ -124,6 +126,7 @@ func (d *datastoreClients) acquire(tc storagebackend.TransportConfig, compaction
 		if err != nil {
 			return nil, nil, err
 		}
+		client.KV = observingKV{KV: client.KV, observed: &d.observed}
 		c = &datastoreClient{client: client}
 		if compaction > 0 {
 			c.compactor = etcd3.StartCompactorPerEndpoint(client.Client, compaction)

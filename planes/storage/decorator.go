@@ -65,6 +65,8 @@ type Registry struct {
 	written writtenResources
 	// datastore connects the storages the registry builds.
 	datastore *datastoreClients
+	// sole: no other server writes the datastore (freshreads.go).
+	sole atomic.Bool
 }
 
 // ContentResolver returns the content key of plane's CRD for a custom

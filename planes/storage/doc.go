@@ -12,5 +12,6 @@
 //     its own plane and per-plane lists are prefix scans of memory.
 //
 // The datastore sees one recursive watch per resource, whatever the number of
-// planes.
+// planes. On a server alone on its datastore, consistent reads of built-in
+// resources are served by the watch caches too (freshreads.go).
 package storage

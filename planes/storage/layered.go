@@ -73,8 +73,17 @@ func (s *Store) inherited(ctx context.Context, chain []string, key string) (runt
 
 // resolve returns plane's own record at key (nil if none) and, when that
 // does not decide, the inherited object.
+// Writes decide from it (decide): their own layer's read is the
+// datastore's, never the cache's, so that a write that raced another
+// sees that write at once when it is decided again.
 func (s *Store) resolve(ctx context.Context, plane string, chain []string, key string, opts storage.GetOptions) (own, below runtime.Object, err error) {
-	own, err = s.record(ctx, plane, key, opts)
+	return s.resolveWith(ctx, s.record, plane, chain, key, opts)
+}
+
+// resolveWith is resolve with the own layer read by readOwn.
+func (s *Store) resolveWith(ctx context.Context, readOwn func(context.Context, string, string, storage.GetOptions) (runtime.Object, error),
+	plane string, chain []string, key string, opts storage.GetOptions) (own, below runtime.Object, err error) {
+	own, err = readOwn(ctx, plane, key, opts)
 	if err != nil || own != nil {
 		return own, nil, err
 	}
@@ -83,7 +92,7 @@ func (s *Store) resolve(ctx context.Context, plane string, chain []string, key s
 }
 
 func (s *Store) getLayered(ctx context.Context, plane string, chain []string, key string, opts storage.GetOptions, out runtime.Object) error {
-	own, below, err := s.resolve(ctx, plane, chain, key, opts)
+	own, below, err := s.resolveWith(ctx, s.ownRecord, plane, chain, key, opts)
 	if err != nil {
 		return err
 	}
@@ -247,7 +256,15 @@ func (s *Store) getListLayered(ctx context.Context, plane string, chain []string
 			own.ResourceVersion, own.ResourceVersionMatch = "", ""
 		}
 	}
-	keys, view, rv, err := s.merged(ctx, plane, chain, key, own)
+	merge := s.mergedFresh
+	if pred.Limit > 0 {
+		// A list in pages keeps the datastore: the next pages are read at
+		// the first page's revision, which a compaction may otherwise be
+		// past already (the cache's revision moves only with its
+		// resource's writes).
+		merge = s.merged
+	}
+	keys, view, rv, err := merge(ctx, plane, chain, key, own)
 	if pred.Continue != "" && apierrors.IsResourceExpired(err) {
 		return continueCompacted(start, prefix)
 	}

@@ -39,7 +39,10 @@ func (s *Store) resumeFromDatastore(ctx context.Context, key string, opts storag
 		return nil, false, nil
 	}
 	w, err = datastore.Watch(ctx, key, opts)
-	return w, true, err
+	if err != nil {
+		return nil, true, err
+	}
+	return s.observeDatastore(w), true, nil
 }
 
 // datastore is the storage behind the watch cache, and whether there is

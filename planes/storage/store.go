@@ -198,7 +198,7 @@ func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, ob
 	if chain := s.layered(ctx, plane); len(chain) > 0 {
 		return s.getLayered(ctx, plane, chain, key, opts, objPtr)
 	}
-	return s.Interface.Get(ctx, scoped, opts, objPtr)
+	return s.getFresh(ctx, scoped, opts, objPtr)
 }
 
 // GetList implements storage.Interface.
@@ -210,7 +210,7 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if chain := s.layered(ctx, plane); len(chain) > 0 {
 		return s.getListLayered(ctx, plane, chain, key, opts, listObj)
 	}
-	return s.Interface.GetList(ctx, scoped, opts, listObj)
+	return s.getListFresh(ctx, scoped, opts, listObj)
 }
 
 // GuaranteedUpdate implements storage.Interface.

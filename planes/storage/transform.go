@@ -44,6 +44,8 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 			return nil, nil, err
 		}
 		source := &cacheSource{Interface: raw}
+		records := recordsPrefix(datastoreKeyPrefix(config), resourcePrefix)
+		datastore.observed.add(records, &source.observed)
 		var cacheReads, writes storage.Interface = source, raw
 		if transform != nil {
 			cacheReads, writes = &transforming{Interface: source, transform: transform}, yielding{raw}
@@ -64,6 +66,7 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 			Codec:               config.Codec,
 		})
 		if err != nil {
+			datastore.observed.remove(records, &source.observed)
 			destroyRaw()
 			return nil, nil, err
 		}
@@ -71,6 +74,7 @@ func cachedStorage(transform Transform, datastore *datastoreClients) generic.Sto
 		return &cachedStore{CacheDelegator: delegator, datastore: raw, source: source}, func() {
 			delegator.Stop()
 			cacher.Stop()
+			datastore.observed.remove(records, &source.observed)
 			destroyRaw()
 		}, nil
 	}

@@ -204,6 +204,9 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 		return CompletedConfig{}, err
 	}
 	stores := newPlaneStorage()
+	// Consistent reads come from the watch caches when this server makes
+	// every write (planes/storage freshreads.go).
+	stores.SetSoleServer(c.SoleServer)
 	if c.Etcd.InProcess != nil {
 		stores.UseInProcessDatastore(c.Etcd.Endpoints, c.Etcd.InProcess)
 	}
