@@ -72,10 +72,9 @@ func (s *Store) inherited(ctx context.Context, chain []string, key string) (runt
 }
 
 // resolve returns plane's own record at key (nil if none) and, when that
-// does not decide, the inherited object.
-// Writes decide from it (decide): their own layer's read is the
-// datastore's, never the cache's, so that a write that raced another
-// sees that write at once when it is decided again.
+// does not decide, the inherited object. Writes decide from it (decide),
+// so the own layer is read from the datastore, never the cache: a write
+// that raced another sees that write at once when it is decided again.
 func (s *Store) resolve(ctx context.Context, plane string, chain []string, key string, opts storage.GetOptions) (own, below runtime.Object, err error) {
 	return s.resolveWith(ctx, s.record, plane, chain, key, opts)
 }
