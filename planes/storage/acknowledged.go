@@ -64,12 +64,7 @@ func raise(newest *atomic.Uint64, rv string) {
 	if err != nil {
 		return
 	}
-	for {
-		old := newest.Load()
-		if n <= old || newest.CompareAndSwap(old, n) {
-			return
-		}
-	}
+	raiseUint(newest, n)
 }
 
 // acknowledged is the newest revision of a write of the storage this

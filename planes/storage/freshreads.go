@@ -90,12 +90,7 @@ func (s *Store) getListFresh(ctx context.Context, key string, opts storage.ListO
 	if !ok {
 		return s.Interface.GetList(ctx, key, opts, listObj)
 	}
-	fresh := opts
-	fresh.ResourceVersion, fresh.ResourceVersionMatch = rv, metav1.ResourceVersionMatchNotOlderThan
-	if rv == "0" {
-		fresh.ResourceVersionMatch = ""
-	}
-	err := s.Interface.GetList(ctx, key, fresh, listObj)
+	err := s.Interface.GetList(ctx, key, listAt(opts, rv), listObj)
 	if storage.IsTooLargeResourceVersion(err) {
 		return s.Interface.GetList(ctx, key, opts, listObj)
 	}
@@ -143,16 +138,21 @@ func (s *Store) ownRecord(ctx context.Context, plane, key string, opts storage.G
 func (s *Store) mergedFresh(ctx context.Context, plane string, chain []string, key string, own storage.ListOptions) ([]string, map[string]runtime.Object, string, error) {
 	if own.ResourceVersion == "" {
 		if rv, ok := s.freshRevision(ctx); ok {
-			fresh := own
-			fresh.ResourceVersion, fresh.ResourceVersionMatch = rv, metav1.ResourceVersionMatchNotOlderThan
-			if rv == "0" {
-				fresh.ResourceVersionMatch = ""
-			}
-			keys, view, listRV, err := s.merged(ctx, plane, chain, key, fresh)
+			keys, view, listRV, err := s.merged(ctx, plane, chain, key, listAt(own, rv))
 			if !storage.IsTooLargeResourceVersion(err) {
 				return keys, view, listRV, err
 			}
 		}
 	}
 	return s.merged(ctx, plane, chain, key, own)
+}
+
+// listAt returns opts reading the cache no older than rv (freshRevision's).
+func listAt(opts storage.ListOptions, rv string) storage.ListOptions {
+	opts.ResourceVersion, opts.ResourceVersionMatch = rv, metav1.ResourceVersionMatchNotOlderThan
+	if rv == "0" {
+		// Any revision the cache holds, as a list at resourceVersion 0.
+		opts.ResourceVersionMatch = ""
+	}
+	return opts
 }

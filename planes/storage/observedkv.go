@@ -83,6 +83,7 @@ func (o *observedRevisions) saw(key []byte, rev int64) {
 	}
 }
 
+// raiseUint raises newest to n.
 func raiseUint(newest *atomic.Uint64, n uint64) {
 	for {
 		old := newest.Load()
@@ -102,7 +103,7 @@ type observingKV struct {
 func (o observingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	resp, err := o.KV.Get(ctx, key, opts...)
 	if err == nil {
-		o.sawKVs(resp.Kvs)
+		o.observed.sawRecords(resp.Kvs)
 	}
 	return resp, err
 }
@@ -111,9 +112,11 @@ func (o observingKV) Txn(ctx context.Context) clientv3.Txn {
 	return &observingTxn{Txn: o.KV.Txn(ctx), observed: o.observed}
 }
 
-func (o observingKV) sawKVs(kvs []*mvccpb.KeyValue) {
+// sawRecords raises the revisions following each record's key to the
+// record's.
+func (o *observedRevisions) sawRecords(kvs []*mvccpb.KeyValue) {
 	for _, kv := range kvs {
-		o.observed.saw(kv.Key, kv.ModRevision)
+		o.saw(kv.Key, kv.ModRevision)
 	}
 }
 
@@ -158,9 +161,7 @@ func (t *observingTxn) Commit() (*clientv3.TxnResponse, error) {
 	}
 	for _, r := range resp.Responses {
 		if rr := r.GetResponseRange(); rr != nil {
-			for _, kv := range rr.Kvs {
-				t.observed.saw(kv.Key, kv.ModRevision)
-			}
+			t.observed.sawRecords(rr.Kvs)
 		}
 	}
 	return resp, nil
