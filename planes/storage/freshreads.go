@@ -30,9 +30,9 @@ import (
 // (its deletion, which ends its requests first; its reset, which holds its
 // requests until the caches have the deletions) and kine's expiry of a
 // record with a TTL (an Event an hour old), which a read may still see
-// for the moment the cache takes to hear of it. Custom resources are not
-// read this way: every served version of a CRD has a storage and a cache
-// of its own, and a write through one is not acknowledged to the others.
+// for the moment the cache takes to hear of it. Custom resources keep the
+// datastore: every served version of a CRD has a storage and a cache of
+// its own, which this is not tested with.
 
 // SetSoleServer says that no other server writes this registry's
 // datastore (SQLite: the data dir is locked). Call it before the storages
@@ -133,8 +133,8 @@ func (s *Store) ownRecord(ctx context.Context, plane, key string, opts storage.G
 }
 
 // mergedFresh is merged with plane's own layer read consistently from the
-// watch cache where freshRevision allows. The list's resourceVersion is
-// then the cache's, a revision the datastore can list the next pages at.
+// watch cache where freshRevision allows; the list's resourceVersion is
+// then the cache's.
 func (s *Store) mergedFresh(ctx context.Context, plane string, chain []string, key string, own storage.ListOptions) ([]string, map[string]runtime.Object, string, error) {
 	if own.ResourceVersion == "" {
 		if rv, ok := s.freshRevision(ctx); ok {
