@@ -69,12 +69,13 @@ func (o *observedRevisions) saw(key []byte, rev int64) {
 	// ("/registry/pods/") or its group's and resource's
 	// ("/registry/apps/deployments/"). Every shorter prefix of key that
 	// ends at a slash is looked up; there are few.
-	k := string(key)
-	for end := 1; end < len(k); end++ {
-		if k[end] != '/' {
+	for end := 1; end < len(key); end++ {
+		if key[end] != '/' {
 			continue
 		}
-		for _, r := range o.under[k[:end+1]] {
+		// Looked up without converting key (Go does not allocate for a
+		// map index by string(bytes)).
+		for _, r := range o.under[string(key[:end+1])] {
 			raiseUint(r, uint64(rev))
 		}
 		if end+1 >= o.longest {
