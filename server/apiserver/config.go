@@ -229,12 +229,11 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	}
 	completed.ServiceAccountIssuer = newPlaneTokenGenerator(c.ExternalURL, c.ServiceAccountKey)
 
-	genericConfig, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
+	genericConfig, informers, storageFactory, err := buildGenericConfig(
 		completed,
 		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
 		resourceConfig(c.Profile),
 		generatedopenapi.GetOpenAPIDefinitions,
-		nil,
 	)
 	if err != nil {
 		return CompletedConfig{}, fmt.Errorf("building apiserver config: %w", err)
