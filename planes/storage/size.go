@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/json"
 	"io"
 	"reflect"
 
@@ -29,11 +28,8 @@ func (s *Store) EncodedSize(obj runtime.Object) int64 {
 		obj = c.GetObject()
 	}
 	if u, ok := obj.(runtime.Unstructured); ok {
-		var n countingWriter
-		if err := json.NewEncoder(&n).Encode(u.UnstructuredContent()); err != nil {
-			return 0
-		}
-		return int64(n)
+		// The length of json.Encoder's output, its newline included.
+		return jsonSize(u.UnstructuredContent()) + 1
 	}
 	if s.codec == nil {
 		return 0
