@@ -141,7 +141,7 @@ func parseFlags() *benchFlags {
 	f.scaleoutOps = flag.Int("scaleout-ops", 2000, "requests of each verb per server count in the scaleout scenario")
 	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
-	f.restartPlanes = flag.Int("restart-planes", 10000, "planes stored before the restarts of the restart scenario")
+	f.restartPlanes = flag.Int("restart-planes", 10000, "planes stored before the restarts of the restart scenario (0: an empty server)")
 	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
