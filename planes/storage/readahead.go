@@ -16,15 +16,15 @@ import (
 // Reading ahead: at a restart with many planes stored, readiness waits on
 // the Planes' watch cache, the last to fill: its list reads every Plane
 // from the datastore (0.25-0.35 s for 10,000 through the pure-Go SQLite),
-// then decodes them. Meanwhile, earlier, upstream builds the server's
-// configuration on one core (two RSA keys for its loopback certificate:
-// about 0.3 s) while the other has nothing to do. A prefix read ahead is
-// read from the in-process datastore then, and the first list of a watch
-// cache under that prefix takes its pages from that read: the same
-// records at the read's revision, from which the cache then watches, as
-// if its list had come that much earlier. Only that first list uses it
-// (a cache's later lists, and every client's, go to the datastore), and
-// the records go once it took the last page, or after readAheadKept.
+// then decodes them. Meanwhile, earlier, the server's configuration and
+// its APIs are built on one core while the other has nothing to do. A
+// prefix read ahead is read from the in-process datastore then, and the
+// first list of a watch cache under that prefix takes its pages from that
+// read: the same records at the read's revision, from which the cache
+// then watches, as if its list had come that much earlier. Only that
+// first list uses it (a cache's later lists, and every client's, go to
+// the datastore), and the records go once it took the last page, or
+// after readAheadKept.
 
 // readAheadKept is how long a read waits for its cache's list before it
 // is dropped (a prefix no cache lists, or a cache built late); a list
