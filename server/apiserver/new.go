@@ -386,7 +386,16 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		return nil
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {
-		work.Go(hook, func(ctx context.Context) { releaseStartupMemory(ctx, s.loopback) })
+		work.Go(hook, func(ctx context.Context) {
+			if err := waitUntilReady(ctx, s.loopback); err != nil {
+				if ctx.Err() == nil {
+					logrus.WithError(err).Warn("Start-up memory stays in use")
+				}
+				return
+			}
+			logReady(s.planes.Count())
+			releaseStartupMemory()
+		})
 		return nil
 	})
 	if c.audit != nil {
@@ -408,6 +417,12 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 	return nil
 }
 
+// logReady says that the server is ready and with how many planes: the
+// moment a restart ends, in the log's own time.
+func logReady(planes int) {
+	logrus.WithField("planes", planes).Info("Ready")
+}
+
 // releaseStartupMemory returns what start-up used and serving does not
 // need, once the server is ready (its own /readyz: the planes loaded,
 // every post-start hook done). The heap start-up left free goes back to
@@ -417,13 +432,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 // paged out: start-up touched most of them, an idle server needs about a
 // third (package binarypages). Paged out earlier, the pages the last
 // post-start hooks touch would stay: about 14 MiB more.
-func releaseStartupMemory(ctx context.Context, loopback *rest.Config) {
-	if err := waitUntilReady(ctx, loopback); err != nil {
-		if ctx.Err() == nil {
-			logrus.WithError(err).Warn("Start-up memory stays in use")
-		}
-		return
-	}
+func releaseStartupMemory() {
 	debug.FreeOSMemory()
 	if advised, err := binarypages.PageOut(); err != nil {
 		logrus.WithError(err).Debug("The binary's start-up pages stay resident")
@@ -439,7 +448,9 @@ func waitUntilReady(ctx context.Context, loopback *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("loopback client: %w", err)
 	}
-	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	// Often enough for the moment Ready is logged to be the moment the
+	// server became ready, to within the poll.
+	return wait.PollUntilContextCancel(ctx, 25*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		return client.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error() == nil, nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,15 @@ func TestEveryStoredPlaneServesOnceReady(t *testing.T) {
 		t.Fatalf("%d of %d stored planes did not serve their first request after /readyz ok, e.g. %v",
 			len(wrong), len(names), wrong[:min(len(wrong), 5)])
 	}
+	// The log says when the restarted server became ready, and with how
+	// many planes (the first start said so with none).
+	ready := fmt.Sprintf("msg=Ready planes=%d", planeCount)
+	framework.Eventually(t, 30*time.Second, "the log says "+ready, func(context.Context) error {
+		if !strings.Contains(s.Log(), ready) {
+			return fmt.Errorf("not in the log yet")
+		}
+		return nil
+	})
 }
 
 // createPlainPlanes creates count planes named <prefix>-<i> from 8
