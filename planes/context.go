@@ -41,7 +41,10 @@ func AllPlanes(ctx context.Context) bool {
 
 // OfObject returns the plane recorded on a stored object, or "" when the
 // object carries no plane annotation.
-func OfObject(obj runtime.Object) string {
+func OfObject(obj runtime.Object) string { return AnnotationOf(obj, Annotation) }
+
+// AnnotationOf returns obj's annotation key, or "" when it has none.
+func AnnotationOf(obj runtime.Object, key string) string {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		// Looked up in place: the accessor's GetAnnotations copies every
 		// annotation of a custom resource, which every follower of a cache
@@ -49,12 +52,12 @@ func OfObject(obj runtime.Object) string {
 		// the controllers' first list).
 		metadata, _ := u.Object["metadata"].(map[string]any)
 		annotations, _ := metadata["annotations"].(map[string]any)
-		plane, _ := annotations[Annotation].(string)
-		return plane
+		value, _ := annotations[key].(string)
+		return value
 	}
 	accessor, err := meta.Accessor(obj)
 	if err != nil {
 		return ""
 	}
-	return accessor.GetAnnotations()[Annotation]
+	return accessor.GetAnnotations()[key]
 }

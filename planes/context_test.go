@@ -34,6 +34,9 @@ func TestOfObject(t *testing.T) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
+	if got := AnnotationOf(annotated, "other"); got != "x" {
+		t.Errorf("another annotation: %q, want x", got)
+	}
 	if annotated.GetAnnotations()["other"] != "x" {
 		t.Error("the object's annotations changed")
 	}

@@ -146,13 +146,7 @@ func ownLayer(ctx context.Context) bool {
 }
 
 // layerState is what a stored record is to its plane.
-func layerState(obj runtime.Object) string {
-	accessor, err := meta.Accessor(obj)
-	if err != nil {
-		return ""
-	}
-	return accessor.GetAnnotations()[LayerAnnotation]
-}
+func layerState(obj runtime.Object) string { return planes.AnnotationOf(obj, LayerAnnotation) }
 
 // IsTombstone reports whether obj is a plane's record of an object it
 // deleted from its template.
