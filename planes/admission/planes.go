@@ -44,6 +44,10 @@ type PlaneCounter interface {
 	BaseOf(plane string) string
 	// Base is the base plane new planes made from nothing stand on.
 	Base() string
+	// WaitForPlanes returns once every stored plane is known (the
+	// answers above are about every plane from then on), or with ctx's
+	// error.
+	WaitForPlanes(ctx context.Context) error
 }
 
 // noPlanes is the counter of a server whose plane manager does not exist
@@ -67,6 +71,8 @@ func (noPlanes) BaseOf(string) string { return "" }
 // Base: until the manager is bound new planes stand on nothing and hold
 // copies of the bootstrap.
 func (noPlanes) Base() string { return "" }
+
+func (noPlanes) WaitForPlanes(context.Context) error { return nil }
 
 // Planes validates and completes Plane objects in the root plane: the name
 // must be a plane id, every Plane carries the cleanup finalizer, the count
@@ -137,11 +143,25 @@ func (p *Planes) applies(ctx context.Context, a admission.Attributes) bool {
 	return plane == planes.Root && a.GetResource().GroupResource() == planesResource && a.GetSubresource() == ""
 }
 
+// waitForPlanes holds a Plane write until every stored plane is known: a
+// server is ready before (planes load lazily), and a template's
+// dependents, a cycle or the count under --max-planes are only known
+// then.
+func (p *Planes) waitForPlanes(ctx context.Context) error {
+	if err := p.counter.WaitForPlanes(ctx); err != nil {
+		return apierrors.NewServiceUnavailable(err.Error())
+	}
+	return nil
+}
+
 // Admit adds the cleanup finalizer to new Planes and gives a clone its
 // source's template.
 func (p *Planes) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(ctx, a) || a.GetOperation() != admission.Create {
 		return nil
+	}
+	if err := p.waitForPlanes(ctx); err != nil {
+		return err
 	}
 	accessor, err := meta.Accessor(a.GetObject())
 	if err != nil {
@@ -244,6 +264,9 @@ func invalidPlane(name string, errs ...*field.Error) error {
 func (p *Planes) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(ctx, a) {
 		return nil
+	}
+	if err := p.waitForPlanes(ctx); err != nil {
+		return err
 	}
 	switch a.GetOperation() {
 	case admission.Update:

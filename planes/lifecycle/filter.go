@@ -68,7 +68,9 @@ func isProbe(path string) bool {
 //   - the first request to an unknown plane provisions it when its user may
 //     create planes in the root plane, and answers 404 otherwise;
 //   - requests to a plane being deleted are refused; watches open in it are
-//     ended when the deletion starts.
+//     ended when the deletion starts;
+//   - until every stored Plane is known, only reads of a Ready plane go on
+//     at once (the plane was loaded by Loading); the rest wait.
 func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
@@ -76,6 +78,12 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 		if !ok || plane == planes.Root {
 			next.ServeHTTP(w, req)
 			return
+		}
+		if phase, _ := m.Phase(plane); !m.HasSynced() && needsEveryPlane(req, phase) {
+			if err := m.WaitForPlanes(ctx); err != nil {
+				writeError(w, req, serializer, apierrors.NewServiceUnavailable(err.Error()))
+				return
+			}
 		}
 		phase, exists := m.Phase(plane)
 		if req.URL.Path == ResetPath {

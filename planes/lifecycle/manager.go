@@ -174,6 +174,12 @@ type Manager struct {
 	held map[string]*resetHold
 	// clones shares one clone among the requests waiting for it.
 	clones singleflight.Group
+	// loads shares one read of a Plane among the requests that load it
+	// before every Plane is known (Load).
+	loads singleflight.Group
+	// loaded are the Planes Load read, until every Plane is known (Run
+	// drops them then: the informer holds them all).
+	loaded map[string]*unstructured.Unstructured
 	// provisioning counts, per user, first requests creating a plane.
 	provisioning map[string]map[string]int
 	// inheritanceChanged is told of planes whose Inherits may have changed.
@@ -202,6 +208,7 @@ func New(config Config) (*Manager, error) {
 		dependents:   map[string]map[string]struct{}{},
 		held:         map[string]*resetHold{},
 		provisioning: map[string]map[string]int{},
+		loaded:       map[string]*unstructured.Unstructured{},
 	}
 	planesList := &planestorage.PlaneListWatch{Store: m.planesStore, Plane: planes.Root, Trim: withoutManagedFields}
 	m.informer = cache.NewSharedIndexInformer(planesList.ListerWatcher(), &unstructured.Unstructured{}, 0,
@@ -513,9 +520,6 @@ func (m *Manager) HasSynced() bool {
 	}
 }
 
-// Synced is closed once HasSynced reports true.
-func (m *Manager) Synced() <-chan struct{} { return m.observed.Done() }
-
 // Informer is the manager's informer of Plane objects, for other
 // controllers to share; Run runs it. Its Planes are those of the Planes'
 // watch cache (planestorage.PlaneListWatch): read them, never modify them.
@@ -533,6 +537,9 @@ func (m *Manager) Run(ctx context.Context) {
 	if !cache.WaitFor(ctx, "", m.observed) {
 		return
 	}
+	m.mu.Lock()
+	m.loaded = nil
+	m.mu.Unlock()
 	if err := m.ensureRoot(ctx); err != nil {
 		logrus.WithError(err).Error("creating the root Plane")
 	}

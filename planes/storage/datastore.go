@@ -45,8 +45,6 @@ type datastoreClients struct {
 	// in this process; nil when none does.
 	local          func() *clientv3.Client
 	localEndpoints []string
-	// reads are the prefixes read ahead from the local datastore.
-	reads readAheads
 	// observed follows what the datastore's answers show (observedkv.go).
 	observed observedRevisions
 }
@@ -165,24 +163,12 @@ func (d *datastoreClients) useLocal(endpoints []string, local func() *clientv3.C
 	d.local, d.localEndpoints = local, slices.Clone(endpoints)
 }
 
-// readAhead reads prefix from the local datastore for the first cache
-// list under it (readahead.go); nothing when no datastore runs in this
-// process.
-func (d *datastoreClients) readAhead(ctx context.Context, prefix string) {
-	d.mu.Lock()
-	local := d.local
-	d.mu.Unlock()
-	if local != nil {
-		d.reads.start(ctx, local, prefix)
-	}
-}
-
 func (d *datastoreClients) newClient(tc storagebackend.TransportConfig) (*etcdkubernetes.Client, error) {
 	if d.local == nil || !slices.Equal(tc.ServerList, d.localEndpoints) {
 		return newDatastoreClient(tc)
 	}
 	client := &etcdkubernetes.Client{Client: d.local()}
-	client.Kubernetes = aheadLister{Interface: client, reads: &d.reads}
+	client.Kubernetes = aheadLister{Interface: client}
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 	return client, nil
 }

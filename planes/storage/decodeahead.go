@@ -153,28 +153,17 @@ func (p *aheadPage) help(ctx context.Context, decoder etcd3.Decoder, newItem fun
 	}
 }
 
-// aheadLister registers the pages a cache list reads from the datastore,
-// and takes them from a read ahead of the list when there is one.
+// aheadLister registers the pages a cache list reads from the datastore.
 type aheadLister struct {
 	etcdkubernetes.Interface
-	// reads are the prefixes read ahead (nil: none are).
-	reads *readAheads
 }
 
 func (l aheadLister) List(ctx context.Context, prefix string, opts etcdkubernetes.ListOptions) (etcdkubernetes.ListResponse, error) {
-	s := aheadScopeOf(ctx)
-	if s == nil {
-		return l.Interface.List(ctx, prefix, opts)
+	resp, err := l.Interface.List(ctx, prefix, opts)
+	if s := aheadScopeOf(ctx); s != nil && err == nil {
+		s.expect(resp.Kvs)
 	}
-	resp, ok := l.reads.page(ctx, prefix, opts)
-	if !ok {
-		var err error
-		if resp, err = l.Interface.List(ctx, prefix, opts); err != nil {
-			return resp, err
-		}
-	}
-	s.expect(resp.Kvs)
-	return resp, nil
+	return resp, err
 }
 
 // aheadDecoder is a storage's decoder that takes a record's object from

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"sync"
@@ -119,14 +118,6 @@ func NewRegistry() *Registry {
 // connection. Call it before the registry builds storages.
 func (r *Registry) UseInProcessDatastore(endpoints []string, newClient func() *clientv3.Client) {
 	r.datastore.useLocal(endpoints, newClient)
-}
-
-// ReadAhead reads every record under the datastore key prefix now, in the
-// background, for the first watch cache list under it (readahead.go).
-// Only a datastore in this process (UseInProcessDatastore, called first)
-// is read ahead.
-func (r *Registry) ReadAhead(ctx context.Context, prefix string) {
-	r.datastore.readAhead(ctx, prefix)
 }
 
 // SetCacheTransform makes the watch cache of resource keep objects through

@@ -62,9 +62,9 @@ func (a *auditParts) filter(next http.Handler, handler *audit.Handler) http.Hand
 	return handler.Filter(next)
 }
 
-// auditPlanes answers the audit's questions from the plane manager (which
-// planes exist, as soon as a request provisions one) and its Plane
-// informer (their levels); bound once the manager exists.
+// auditPlanes answers the audit's questions from the plane manager: which
+// planes exist (as soon as a request provisions or loads one) and their
+// Planes' levels; bound once the manager exists.
 type auditPlanes struct {
 	defaultLevel audit.Level
 	manager      atomic.Pointer[lifecycle.Manager]
@@ -81,8 +81,7 @@ func (p *auditPlanes) Lookup(plane string) (types.UID, audit.Level, bool) {
 		return "", "", false
 	}
 	level := p.defaultLevel
-	obj, found, err := manager.Informer().GetStore().GetByKey(plane)
-	if u, ok := obj.(*unstructured.Unstructured); ok && found && err == nil {
+	if u, found := manager.Object(plane); found {
 		// The CRD admits only the known levels; a Plane stored before it
 		// did keeps the default rather than reach the evaluator unknown.
 		if s, set, _ := unstructured.NestedString(u.Object, "spec", "audit", "level"); set && s != "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -195,10 +194,7 @@ type completedConfig struct {
 	loopbackHangUp *loopbackHangUp
 }
 
-// Complete builds the upstream configuration. It touches no network; from
-// a datastore in this process it reads the Planes ahead of their cache
-// (planes/storage readahead.go), while upstream's part of the
-// configuration keeps one core busy.
+// Complete builds the upstream configuration. It touches no network.
 func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	if err := setFeatureGates(); err != nil {
 		return CompletedConfig{}, err
@@ -213,9 +209,6 @@ func (c *Config) Complete(ctx context.Context) (CompletedConfig, error) {
 	planesAdmission := admission.NewPlanes(lifecycle.Finalizer, c.MaxPlanes)
 	policyPlugins := policies.NewPlugins(stores)
 	opts := c.upstreamOptions()
-	if c.Etcd.InProcess != nil {
-		stores.ReadAhead(ctx, path.Join(opts.Etcd.StorageConfig.Prefix, lifecycle.GVR.Group, lifecycle.GVR.Resource)+"/")
-	}
 	hooks, err := c.newWebhookPlugins(stores)
 	if err != nil {
 		return CompletedConfig{}, err

@@ -67,7 +67,7 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 	}
 	if !c.config.DisableControllers {
 		err := add(leader.ControllersLease, func(ctx context.Context) {
-			if waitForPlanes(ctx, s.planes) == nil {
+			if s.planes.WaitForPlanes(ctx) == nil {
 				s.controllers.Run(ctx, s.planes)
 			}
 		})
@@ -77,7 +77,7 @@ func (c CompletedConfig) newElectors(s components) (*electors, error) {
 	}
 	if s.simulation != nil {
 		err := add(leader.SimulationLease, func(ctx context.Context) {
-			if waitForPlanes(ctx, s.planes) != nil {
+			if s.planes.WaitForPlanes(ctx) != nil {
 				return
 			}
 			if err := s.simulation.Run(ctx); err != nil {
@@ -109,7 +109,7 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 	run(func() { s.customResources.RunConditions(ctx) })
 	if s.serviceRepair != nil {
 		run(func() {
-			if waitForPlanes(ctx, s.planes) == nil {
+			if s.planes.WaitForPlanes(ctx) == nil {
 				s.serviceRepair.Run(ctx)
 			}
 		})
@@ -124,13 +124,11 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 			logrus.WithError(err).Error("manifests directory cannot be applied")
 		} else {
 			pass := make(chan struct{})
-			// Manifests may create planes: the plane manager must know
-			// every plane first.
-			run(func() {
-				if waitForPlanes(ctx, s.planes) == nil {
-					a.Run(ctx, pass)
-				}
-			})
+			// Not held until every plane is known: the applier writes
+			// through the API, where a write to a plane, and the Planes'
+			// admission, wait for that (a pass with nothing to write, an
+			// empty directory, does not).
+			run(func() { a.Run(ctx, pass) })
 			run(func() {
 				select {
 				case <-pass:

@@ -282,6 +282,7 @@ func (c CompletedConfig) handlerChain(director http.Handler, manager *lifecycle.
 	handler = enforcer.Filter(handler, gc.Serializer)
 	handler = manager.Filter(handler, gc.Serializer)
 	handler = genericapiserver.DefaultBuildHandlerChain(handler, gc)
+	handler = manager.Loading(handler, gc.Serializer)
 	return c.loopbackHangUp.Filter(routing.WithRouting(handler, gc.Serializer)), nil
 }
 
@@ -356,10 +357,14 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			if err := s.customResources.EnsureStorages(ctx, planes.Root); err != nil {
 				return err
 			}
-			waitForWatchCaches(ctx, c.storage.Caches())
-			// Runs past the hook: started on the hook's context.
-			work.Go(hook, s.planes.Run)
-			return waitForPlanes(ctx, s.planes)
+			// Runs past the hook: started on the hook's context. Readiness
+			// does not wait for the Planes: a request loads its own
+			// (lifecycle.Loading) until every one is known.
+			work.Go(hook, func(ctx context.Context) {
+				waitForWatchCaches(ctx, c.storage.Caches())
+				s.planes.Run(ctx)
+			})
+			return nil
 		})
 	})
 	server.AddPostStartHookOrDie("kplane-controllers", func(hook genericapiserver.PostStartHookContext) error {
@@ -374,7 +379,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// Nothing is written before the watch caches hold their state: a
 		// write in between would make a watch resumed from before a
 		// restart answer 410 instead of going on.
-		waitForWatchCaches(hook, c.storage.Caches())
+		waitForWatchCaches(hook, c.servedCaches())
 		s.electors.run(hook, work)
 		return work.Do(hook, s.electors.waitForManifests)
 	})
@@ -382,7 +387,9 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// Ready once every watch cache holds its state, as kube-apiserver's
 		// storage-readiness hook: clients' first writes come after the
 		// caches' lists, so a watch resumed from before a restart goes on.
-		waitForWatchCaches(ctx, c.storage.Caches())
+		// The Planes' cache aside: their writes wait until every Plane is
+		// known, which comes after its list.
+		waitForWatchCaches(ctx, c.servedCaches())
 		return nil
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {
@@ -393,7 +400,11 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 				}
 				return
 			}
-			logReady(s.planes.Count())
+			logrus.Info("Ready")
+			if s.planes.WaitForPlanes(ctx) != nil {
+				return
+			}
+			logrus.WithField("planes", s.planes.Count()).Info("Every stored plane is known")
 			releaseStartupMemory()
 		})
 		return nil
@@ -403,7 +414,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			// The logs of planes deleted while the server was down go once
 			// every plane is known.
 			work.Go(hook, func(ctx context.Context) {
-				if waitForPlanes(ctx, s.planes) == nil {
+				if s.planes.WaitForPlanes(ctx) == nil {
 					c.audit.trails.Sweep()
 				}
 			})
@@ -417,15 +428,9 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 	return nil
 }
 
-// logReady says that the server is ready and with how many planes: the
-// moment a restart ends, in the log's own time.
-func logReady(planes int) {
-	logrus.WithField("planes", planes).Info("Ready")
-}
-
 // releaseStartupMemory returns what start-up used and serving does not
-// need, once the server is ready (its own /readyz: the planes loaded,
-// every post-start hook done). The heap start-up left free goes back to
+// need, once the server is ready (its own /readyz: every post-start hook
+// done) and every stored Plane is known. The heap start-up left free goes back to
 // the operating system: the runtime would otherwise keep it for minutes
 // (its scavenger returns memory slowly), and an idle server would hold
 // about twice its live heap. The binary's code and read-only data are
@@ -488,15 +493,18 @@ func waitFor(ctx context.Context, synced func() bool) error {
 	})
 }
 
-// waitForPlanes returns once every stored Plane is known, or with ctx's
-// error.
-func waitForPlanes(ctx context.Context, planes *lifecycle.Manager) error {
-	select {
-	case <-planes.Synced():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// servedCaches are the watch caches readiness waits for: every one built
+// so far but the Planes'. A request loads its plane's Plane from the
+// datastore until every Plane is known (lifecycle.Loading).
+func (c CompletedConfig) servedCaches() []*planestorage.Store {
+	caches := c.storage.Caches()
+	out := caches[:0]
+	for _, store := range caches {
+		if store.Resource() != lifecycle.GVR.GroupResource() {
+			out = append(out, store)
+		}
 	}
+	return out
 }
 
 // bootstrapGroups are the groups of the non-core resources bootstrap writes.

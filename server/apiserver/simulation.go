@@ -75,32 +75,31 @@ func withSimulation(forget []lifecycle.Forgetter, sim *simulation.Simulation) []
 }
 
 // bindSimulation makes the simulation read what each plane's Plane sets
-// (whether it runs, node shapes, faults) from the manager's informer.
+// (whether it runs, node shapes, faults) from the manager.
 func bindSimulation(sim *simulation.Simulation, manager *lifecycle.Manager) {
 	if sim == nil {
 		return
 	}
-	planesByName := manager.Informer().GetIndexer()
 	sim.SetTemplates(manager)
 	manager.OnInheritanceChange(sim.InheritanceChanged)
 	sim.SetOff(func(plane string) bool {
-		obj, exists, err := planesByName.GetByKey(plane)
-		if err != nil || !exists {
+		obj, exists := manager.Object(plane)
+		if !exists {
 			return false
 		}
 		accessor, err := meta.Accessor(obj)
 		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
 	})
 	sim.SetPlaneSettings(func(plane string) kubelet.PlaneSettings {
-		obj, exists, err := planesByName.GetByKey(plane)
-		if err != nil || !exists {
+		obj, exists := manager.Object(plane)
+		if !exists {
 			return kubelet.PlaneSettings{}
 		}
 		return planeSettings(obj)
 	})
 	sim.SetNodeSpecs(func(plane string) *nodes.Spec {
-		obj, exists, err := planesByName.GetByKey(plane)
-		if err != nil || !exists {
+		obj, exists := manager.Object(plane)
+		if !exists {
 			return nil
 		}
 		return planeNodeSpec(obj)

@@ -11,27 +11,42 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/test/e2e/framework"
 )
 
-// TestEveryStoredPlaneServesOnceReady: a restarted server answers /readyz
-// ok only once it knows every stored plane. The first requests, sent the
-// moment /readyz first answers ok, are served by every plane; none answers
-// 404 because its Plane was listed but not yet looked at.
+// TestEveryStoredPlaneServesOnceReady: a restarted server is ready before
+// it knows every stored plane, and serves each one anyway: the first
+// requests, sent the moment /readyz first answers ok, are served by every
+// plane (a request loads its plane's Plane, and its template's); none
+// answers 404 because its Plane was not looked at yet. A member plane's
+// service account reads what its template holds (authentication,
+// authorization and the read all go through the template); a write to
+// the template is refused as read-only and a write to the member is taken,
+// both of which need every plane known.
 func TestEveryStoredPlaneServesOnceReady(t *testing.T) {
 	t.Parallel()
 	s := framework.StartServer(t, framework.Options{})
 	const planeCount = 1500
 	names := createPlainPlanes(t, s, "stored", planeCount)
+	memberToken := storeTemplateAndMember(t, s, "stored-template", "stored-member")
 	s.Kill()
 
-	answers := make(chan map[string]int, 1)
+	type firstRequests struct {
+		codes    map[string]int
+		layering []string
+	}
+	answers := make(chan *firstRequests, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	go func() {
@@ -51,7 +66,8 @@ func TestEveryStoredPlaneServesOnceReady(t *testing.T) {
 			answers <- nil
 			return
 		}
-		answers <- firstAnswers(ctx, s, names)
+		layering := checkLayersAtReady(ctx, s, "stored-template", "stored-member", memberToken)
+		answers <- &firstRequests{codes: firstAnswers(ctx, s, names), layering: layering}
 	}()
 	s.Restart(t)
 
@@ -59,10 +75,13 @@ func TestEveryStoredPlaneServesOnceReady(t *testing.T) {
 	if got == nil {
 		t.Fatal("/readyz never answered ok")
 	}
+	for _, problem := range got.layering {
+		t.Error(problem)
+	}
 	var wrong []string
 	for _, name := range names {
-		if got[name] != http.StatusOK {
-			wrong = append(wrong, fmt.Sprintf("%s: %d", name, got[name]))
+		if got.codes[name] != http.StatusOK {
+			wrong = append(wrong, fmt.Sprintf("%s: %d", name, got.codes[name]))
 		}
 	}
 	if len(wrong) > 0 {
@@ -70,15 +89,78 @@ func TestEveryStoredPlaneServesOnceReady(t *testing.T) {
 		t.Fatalf("%d of %d stored planes did not serve their first request after /readyz ok, e.g. %v",
 			len(wrong), len(names), wrong[:min(len(wrong), 5)])
 	}
-	// The log says when the restarted server became ready, and with how
-	// many planes (the first start said so with none).
-	ready := fmt.Sprintf("msg=Ready planes=%d", planeCount)
-	framework.Eventually(t, 30*time.Second, "the log says "+ready, func(context.Context) error {
-		if !strings.Contains(s.Log(), ready) {
+	// The log says when the restarted server became ready, and when it
+	// knew every stored plane (the first start said so with none).
+	known := fmt.Sprintf(`msg="Every stored plane is known" planes=%d`, planeCount+2)
+	framework.Eventually(t, 30*time.Second, "the log says "+known, func(context.Context) error {
+		log := s.Log()
+		if strings.Count(log, "msg=Ready") < 2 || !strings.Contains(log, known) {
 			return fmt.Errorf("not in the log yet")
 		}
 		return nil
 	})
+}
+
+// storeTemplateAndMember makes plane template hold a ConfigMap "seed" and
+// a service account "reader" that may view the default namespace, then
+// plane member from it, and returns a token of reader in member.
+func storeTemplateAndMember(t *testing.T, s *framework.Server, template, member string) string {
+	t.Helper()
+	ctx := t.Context()
+	createPlane(t, s, template, "")
+	c := s.Client(t, template)
+	if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "seed"}, Data: map[string]string{"from": template}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader-views"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: "default"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPlane(t, s, member, template)
+	tr, err := s.Client(t, member).CoreV1().ServiceAccounts("default").CreateToken(ctx, "reader",
+		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// checkLayersAtReady sends, right after /readyz turns ok, a write to the
+// template (first: nothing has made the member known yet), a read of the
+// template's ConfigMap through member with reader's token and a write to
+// the member, and returns what was not as it must be.
+func checkLayersAtReady(ctx context.Context, s *framework.Server, template, member, token string) []string {
+	var problems []string
+	cfg := s.RESTConfig(member)
+	cfg.BearerToken = token
+	reader, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	admin := func(plane string) *kubernetes.Clientset {
+		c, _ := kubernetes.NewForConfig(s.RESTConfig(plane))
+		return c
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "after-restart-"}}
+	if _, err := admin(template).CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		problems = append(problems, fmt.Sprintf("a write to a template with members at ready: want 403, got %v", err))
+	}
+	seed, err := reader.CoreV1().ConfigMaps("default").Get(ctx, "seed", metav1.GetOptions{})
+	if err != nil || seed.Data["from"] != template {
+		problems = append(problems, fmt.Sprintf("the member's service account reading the template's ConfigMap at ready: %v %v", err, seed))
+	}
+	if _, err := admin(member).CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		problems = append(problems, fmt.Sprintf("a write to a member at ready: %v", err))
+	}
+	return problems
 }
 
 // createPlainPlanes creates count planes named <prefix>-<i> from 8
