@@ -124,11 +124,16 @@ func (e *electors) planesTerm(ctx context.Context, s components, applier func() 
 			logrus.WithError(err).Error("manifests directory cannot be applied")
 		} else {
 			pass := make(chan struct{})
-			// Not held until every plane is known: the applier writes
-			// through the API, where a write to a plane, and the Planes'
-			// admission, wait for that (a pass with nothing to write, an
-			// empty directory, does not).
-			run(func() { a.Run(ctx, pass) })
+			// Once root serves the Planes (manifests may create planes),
+			// not once every plane is known: the applier writes through
+			// the API, where a write to a plane, and the Planes' admission,
+			// wait for that (a pass with nothing to write, an empty
+			// directory, does not).
+			run(func() {
+				if waitForRootCRDs(ctx, s.customResources) == nil {
+					a.Run(ctx, pass)
+				}
+			})
 			run(func() {
 				select {
 				case <-pass:
