@@ -135,6 +135,13 @@ type state struct {
 	// this server hold the plane for a reset it did not begin (0: none):
 	// the mark's removal releases the hold.
 	heldForMarkAt uint64
+	// toldHeldAt is the heldForMarkAt this server started telling the
+	// resetting server about; toldDeleting is set once it started
+	// draining the plane for its deletion. Both start only once the
+	// manager runs (a plane loaded by a request before is told about at
+	// the informer's look at it).
+	toldHeldAt   uint64
+	toldDeleting bool
 	// resetRevision is the datastore revision of the plane's last reset
 	// (ResetRevisionAnnotation).
 	resetRevision uint64
@@ -276,7 +283,6 @@ func (m *Manager) observe(obj any) {
 	m.mu.Lock()
 	s := m.state[u.GetName()]
 	inheritedBefore := inheritsLocked(s)
-	wasTerminating := s != nil && s.uid == u.GetUID() && s.terminating
 	if s == nil || s.uid != u.GetUID() {
 		s = &state{phase: Pending, uid: u.GetUID()}
 		m.state[u.GetName()] = s
@@ -309,18 +315,27 @@ func (m *Manager) observe(obj any) {
 	}
 	endedElsewhere := m.resetEndedElsewhereLocked(u, s)
 	inheritanceChanged := inheritsLocked(s) != inheritedBefore
-	deletionBegan := s.terminating && !wasTerminating
+	running := m.running.Load()
+	tellOthers := running != nil && !m.config.SoleServer
+	drain := tellOthers && s.terminating && !s.toldDeleting
+	if drain {
+		s.toldDeleting = true
+	}
+	tellHeld := tellOthers && s.heldForMarkAt != 0 && s.toldHeldAt != s.heldForMarkAt
+	if tellHeld {
+		s.toldHeldAt = s.heldForMarkAt
+	}
 	m.mu.Unlock()
 	if inheritanceChanged {
 		m.tellInheritance(u.GetName())
 	}
-	if ctx := m.running.Load(); deletionBegan && ctx != nil && !m.config.SoleServer {
-		go m.drainForDeletion(*ctx, u.GetName(), u.GetUID())
+	if drain {
+		go m.drainForDeletion(*running, u.GetName(), u.GetUID())
 	}
-	if holdForReset {
+	if holdForReset || tellHeld {
 		h := m.holdForReset(u.GetName())
-		if ctx := m.running.Load(); ctx != nil && !m.config.SoleServer {
-			go m.ackResetHold(*ctx, u.GetName(), u.GetUID(), u.GetAnnotations()[ResetAnnotation], h.idle)
+		if tellHeld {
+			go m.ackResetHold(*running, u.GetName(), u.GetUID(), u.GetAnnotations()[ResetAnnotation], h.idle)
 		}
 	}
 	if endedElsewhere {

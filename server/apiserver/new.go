@@ -378,7 +378,9 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		//
 		// Nothing is written before the watch caches hold their state: a
 		// write in between would make a watch resumed from before a
-		// restart answer 410 instead of going on.
+		// restart answer 410 instead of going on. The Planes' cache
+		// aside: nothing writes a Plane before every Plane is known,
+		// which follows that cache's list.
 		waitForWatchCaches(hook, c.servedCaches())
 		s.electors.run(hook, work)
 		return work.Do(hook, s.electors.waitForManifests)
@@ -430,8 +432,8 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 
 // releaseStartupMemory returns what start-up used and serving does not
 // need, once the server is ready (its own /readyz: every post-start hook
-// done) and every stored Plane is known. The heap start-up left free goes back to
-// the operating system: the runtime would otherwise keep it for minutes
+// done) and every stored Plane is known. The heap start-up left free goes
+// back to the operating system: the runtime would otherwise keep it for minutes
 // (its scavenger returns memory slowly), and an idle server would hold
 // about twice its live heap. The binary's code and read-only data are
 // paged out: start-up touched most of them, an idle server needs about a
