@@ -15,12 +15,7 @@ import (
 // running manager: it is left to the informer's look at the same Plane
 // once the manager runs, and done once.
 func TestDeletionToldOnceTheManagerRuns(t *testing.T) {
-	m := &Manager{
-		state:      map[string]*state{},
-		dependents: map[string]map[string]struct{}{},
-		held:       map[string]*resetHold{},
-		requests:   newTracker(),
-	}
+	m := observingManager()
 	deleting := &unstructured.Unstructured{}
 	deleting.SetName("p")
 	deleting.SetUID("uid-1")
@@ -44,13 +39,7 @@ func TestDeletionToldOnceTheManagerRuns(t *testing.T) {
 }
 
 func TestHoldToldOnceTheManagerRuns(t *testing.T) {
-	m := &Manager{
-		config:     Config{ServerName: "s1"},
-		state:      map[string]*state{},
-		dependents: map[string]map[string]struct{}{},
-		held:       map[string]*resetHold{},
-		requests:   newTracker(),
-	}
+	m := observingManager()
 	marked := &unstructured.Unstructured{}
 	marked.SetName("p")
 	marked.SetUID("uid-1")
@@ -69,5 +58,17 @@ func TestHoldToldOnceTheManagerRuns(t *testing.T) {
 	m.observe(marked)
 	if s := m.state["p"]; s.toldHeldAt != 7 || m.held["p"] != hold {
 		t.Fatalf("seen again once the manager runs: told at %d, same hold %v; want told at 7 with the same hold", s.toldHeldAt, m.held["p"] == hold)
+	}
+}
+
+// observingManager is a manager of server s1, sharing its datastore, that
+// has not started running: what observe needs and nothing more.
+func observingManager() *Manager {
+	return &Manager{
+		config:     Config{ServerName: "s1"},
+		state:      map[string]*state{},
+		dependents: map[string]map[string]struct{}{},
+		held:       map[string]*resetHold{},
+		requests:   newTracker(),
 	}
 }

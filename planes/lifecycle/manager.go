@@ -315,16 +315,7 @@ func (m *Manager) observe(obj any) {
 	}
 	endedElsewhere := m.resetEndedElsewhereLocked(u, s)
 	inheritanceChanged := inheritsLocked(s) != inheritedBefore
-	running := m.running.Load()
-	tellOthers := running != nil && !m.config.SoleServer
-	drain := tellOthers && s.terminating && !s.toldDeleting
-	if drain {
-		s.toldDeleting = true
-	}
-	tellHeld := tellOthers && s.heldForMarkAt != 0 && s.toldHeldAt != s.heldForMarkAt
-	if tellHeld {
-		s.toldHeldAt = s.heldForMarkAt
-	}
+	running, drain, tellHeld := m.toTellLocked(s)
 	m.mu.Unlock()
 	if inheritanceChanged {
 		m.tellInheritance(u.GetName())
@@ -342,6 +333,25 @@ func (m *Manager) observe(obj any) {
 		m.releaseResetHold(u)
 	}
 	m.enqueue(u.GetName())
+}
+
+// toTellLocked decides what the other servers sharing the datastore are
+// to be told of plane s, once each: that this server drained it for its
+// deletion, that it holds it for another server's reset. Both need the
+// running manager (running); a plane loaded by a request before it runs
+// is told about at the informer's look at it.
+func (m *Manager) toTellLocked(s *state) (running *context.Context, drain, held bool) {
+	running = m.running.Load()
+	if running == nil || m.config.SoleServer {
+		return nil, false, false
+	}
+	if drain = s.terminating && !s.toldDeleting; drain {
+		s.toldDeleting = true
+	}
+	if held = s.heldForMarkAt != 0 && s.toldHeldAt != s.heldForMarkAt; held {
+		s.toldHeldAt = s.heldForMarkAt
+	}
+	return running, drain, held
 }
 
 // forgetDeleted forgets a plane whose Plane is gone, on every server:
