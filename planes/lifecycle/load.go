@@ -35,17 +35,20 @@ const maxTemplateDepth = 16
 
 // Load makes plane known to the manager before every stored Plane is:
 // its Plane is read from the datastore and observed as the informer would,
-// then its template's, and so on up the chain. It does nothing once every
-// Plane is known or when plane already is; a plane with no Plane stays
-// unknown (its request decides: 404 or provisioning).
+// then its template's, and so on up the chain (each one not known yet:
+// a load that failed half-way is finished by the next). It does nothing
+// once every Plane is known; a plane with no Plane stays unknown (its
+// request decides: 404 or provisioning).
 func (m *Manager) Load(ctx context.Context, plane string) error {
-	for depth := 0; plane != "" && depth < maxTemplateDepth; depth++ {
-		if plane == planes.Root || m.HasSynced() || m.Exists(plane) {
+	for depth := 0; plane != "" && plane != planes.Root && depth < maxTemplateDepth; depth++ {
+		if m.HasSynced() {
 			return nil
 		}
-		found, err := m.loadOne(ctx, plane)
-		if err != nil || !found {
-			return err
+		if !m.Exists(plane) {
+			found, err := m.loadOne(ctx, plane)
+			if err != nil || !found {
+				return err
+			}
 		}
 		plane = m.TemplateOf(plane)
 	}
