@@ -16,10 +16,7 @@ import (
 // once the manager runs, and done once.
 func TestDeletionToldOnceTheManagerRuns(t *testing.T) {
 	m := observingManager()
-	deleting := &unstructured.Unstructured{}
-	deleting.SetName("p")
-	deleting.SetUID("uid-1")
-	deleting.SetResourceVersion("7")
+	deleting := storedPlane()
 	now := metav1.Now()
 	deleting.SetDeletionTimestamp(&now)
 
@@ -28,10 +25,7 @@ func TestDeletionToldOnceTheManagerRuns(t *testing.T) {
 		t.Fatalf("loaded before the manager runs: %+v, want terminating and not told yet", s)
 	}
 
-	// Ended at once: the drain it starts returns without telling anyone.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	m.running.Store(&ctx)
+	startEnded(m)
 	m.observe(deleting)
 	if s := m.state["p"]; !s.toldDeleting {
 		t.Fatal("seen again once the manager runs: the deletion's drain was not started")
@@ -40,10 +34,7 @@ func TestDeletionToldOnceTheManagerRuns(t *testing.T) {
 
 func TestHoldToldOnceTheManagerRuns(t *testing.T) {
 	m := observingManager()
-	marked := &unstructured.Unstructured{}
-	marked.SetName("p")
-	marked.SetUID("uid-1")
-	marked.SetResourceVersion("7")
+	marked := storedPlane()
 	marked.SetAnnotations(map[string]string{ResetAnnotation: resetMark{at: time.Now(), server: "s2"}.String()})
 
 	m.observe(marked)
@@ -52,9 +43,7 @@ func TestHoldToldOnceTheManagerRuns(t *testing.T) {
 	}
 	hold := m.held["p"]
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	m.running.Store(&ctx)
+	startEnded(m)
 	m.observe(marked)
 	if s := m.state["p"]; s.toldHeldAt != 7 || m.held["p"] != hold {
 		t.Fatalf("seen again once the manager runs: told at %d, same hold %v; want told at 7 with the same hold", s.toldHeldAt, m.held["p"] == hold)
@@ -71,4 +60,21 @@ func observingManager() *Manager {
 		held:       map[string]*resetHold{},
 		requests:   newTracker(),
 	}
+}
+
+// storedPlane is Plane p as the datastore holds it at resourceVersion 7.
+func storedPlane() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetName("p")
+	u.SetUID("uid-1")
+	u.SetResourceVersion("7")
+	return u
+}
+
+// startEnded makes m a running manager whose context has ended: what it
+// starts for other servers returns at once without telling anyone.
+func startEnded(m *Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m.running.Store(&ctx)
 }

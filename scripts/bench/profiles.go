@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
 type profilesParams struct {
@@ -248,15 +249,9 @@ func createStoredPlanes(s *server, from, to, workers int) error {
 
 // planeAnswers waits until plane answers GET namespace default.
 func planeAnswers(s *server, plane string) error {
-	c, err := s.client(plane)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	return untilPlaneTakes(s, plane, func(ctx context.Context, c kubernetes.Interface) error {
 		_, err := c.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
+		return err
 	})
 }
 
@@ -264,15 +259,23 @@ func planeAnswers(s *server, plane string) error {
 // server takes it: a write to a plane waits until the server knows every
 // stored plane (a ready server loads them lazily).
 func planeTakesAWrite(s *server, plane string) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "restarted-"}}
+	return untilPlaneTakes(s, plane, func(ctx context.Context, c kubernetes.Interface) error {
+		_, err := c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// untilPlaneTakes sends request to plane every 5 ms until it succeeds, for
+// at most five minutes.
+func untilPlaneTakes(s *server, plane string, request func(context.Context, kubernetes.Interface) error) error {
 	c, err := s.client(plane)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "restarted-"}}
 	return wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		_, err := c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
-		return err == nil, nil
+		return request(ctx, c) == nil, nil
 	})
 }
