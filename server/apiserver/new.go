@@ -361,7 +361,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 			// does not wait for the Planes: a request loads its own
 			// (lifecycle.Loading) until every one is known.
 			work.Go(hook, func(ctx context.Context) {
-				waitForWatchCaches(ctx, c.storage.Caches())
+				waitForWatchCaches(ctx, c.storage.Caches)
 				s.planes.Run(ctx)
 			})
 			return nil
@@ -381,7 +381,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// restart answer 410 instead of going on. The Planes' cache
 		// aside: nothing writes a Plane before every Plane is known,
 		// which follows that cache's list.
-		waitForWatchCaches(hook, c.servedCaches())
+		waitForWatchCaches(hook, c.servedCaches)
 		s.electors.run(hook, work)
 		return work.Do(hook, s.electors.waitForManifests)
 	})
@@ -391,7 +391,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 		// caches' lists, so a watch resumed from before a restart goes on.
 		// The Planes' cache aside: their writes wait until every Plane is
 		// known, which comes after its list.
-		waitForWatchCaches(ctx, c.servedCaches())
+		waitForWatchCaches(ctx, c.servedCaches)
 		return nil
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {
@@ -468,13 +468,17 @@ func waitUntilReady(ctx context.Context, loopback *rest.Config) error {
 // and says so rather than never becoming ready.
 const watchCachesTimeout = time.Minute
 
-// waitForWatchCaches returns once every watch cache built so far has
-// listed its resource, or after watchCachesTimeout.
-func waitForWatchCaches(ctx context.Context, stores []*planestorage.Store) {
+// waitForWatchCaches returns once every watch cache caches returns has
+// listed its resource, or after watchCachesTimeout. The set is asked anew
+// at every poll: a storage destroyed meanwhile never becomes ready (a CRD
+// stored by an older release, replaced by the kplane-root-crds hook while
+// its cache was still listing), and the one built for the new content is
+// what the informers list from.
+func waitForWatchCaches(ctx context.Context, caches func() []*planestorage.Store) {
 	ctx, cancel := context.WithTimeout(ctx, watchCachesTimeout)
 	defer cancel()
 	err := waitFor(ctx, func() bool {
-		for _, store := range stores {
+		for _, store := range caches() {
 			if store.Cached() && store.ReadinessCheck() != nil {
 				return false
 			}
