@@ -119,10 +119,12 @@ func (m *Manager) WaitForPlanes(ctx context.Context) error {
 // request's plane while not every Plane is known: authentication (a
 // service account token), authorization (the plane's RBAC) and the
 // storage read a member plane's objects through its template, which only
-// the plane's Plane names.
+// the plane's Plane names. A request that presents no credentials is
+// refused by authentication whatever its plane (only root serves public
+// paths): it reads nothing from the datastore.
 func (m *Manager) Loading(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !m.HasSynced() {
+		if !m.HasSynced() && HasCredentials(req) {
 			if plane, ok := planes.FromContext(req.Context()); ok {
 				if err := m.Load(req.Context(), plane); err != nil {
 					// Not authenticated yet: the datastore's error goes to
@@ -135,6 +137,13 @@ func (m *Manager) Loading(next http.Handler, serializer runtime.NegotiatedSerial
 		}
 		next.ServeHTTP(w, req)
 	})
+}
+
+// HasCredentials reports whether req presents credentials to
+// authenticate: an Authorization header (bearer token, basic) or a client
+// certificate (also a front proxy's).
+func HasCredentials(req *http.Request) bool {
+	return req.Header.Get("Authorization") != "" || (req.TLS != nil && len(req.TLS.PeerCertificates) > 0)
 }
 
 // needsEveryPlane reports whether req, to a plane in phase, must wait

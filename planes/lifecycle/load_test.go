@@ -2,11 +2,19 @@ package lifecycle
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+
+	"kplane.dev/kplane/planes"
+	planestorage "kplane.dev/kplane/planes/storage"
 )
 
 // A plane loaded by a request before the manager runs (Load, before every
@@ -78,3 +86,44 @@ func startEnded(m *Manager) {
 	cancel()
 	m.running.Store(&ctx)
 }
+
+// Before every Plane is known, a request to a plane not known yet loads
+// its Plane, in front of authentication. One that presents no credentials
+// goes straight on to authentication, which refuses it whatever its
+// plane: an unauthenticated client cannot make the starting server read
+// the datastore. (The manager here has no Planes' storage: a load answers
+// 503.)
+func TestLoadingReadsNothingWithoutCredentials(t *testing.T) {
+	m := observingManager()
+	m.observed = notYet{}
+	m.config.Storage = &planestorage.Registry{}
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	refused := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) })
+	handler := m.Loading(refused, serializer.NewCodecFactory(scheme).WithoutConversion())
+
+	for _, tc := range []struct {
+		name          string
+		authorization string
+		want          int
+	}{
+		{"no credentials", "", http.StatusUnauthorized},
+		{"a bearer token", "Bearer anything", http.StatusServiceUnavailable},
+	} {
+		req := httptest.NewRequestWithContext(planes.WithPlane(t.Context(), "p"), http.MethodGet, "/api/v1/namespaces", nil)
+		if tc.authorization != "" {
+			req.Header.Set("Authorization", tc.authorization)
+		}
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, req)
+		if w.Code != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, w.Code, tc.want)
+		}
+	}
+}
+
+// notYet is an informer that has not seen every Plane.
+type notYet struct{}
+
+func (notYet) Name() string          { return "planes" }
+func (notYet) Done() <-chan struct{} { return nil }

@@ -24,6 +24,7 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/snapshot"
 )
 
@@ -61,7 +62,9 @@ type anonymousPublic struct {
 
 func (a anonymousPublic) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
 	resp, ok, err := a.delegate.AuthenticateRequest(req)
-	if ok || err != nil || hasCredentials(req) {
+	// A request that presents credentials and fails authentication is
+	// refused even on a public path, as upstream does.
+	if ok || err != nil || lifecycle.HasCredentials(req) {
 		return resp, ok, err
 	}
 	if plane, _ := planes.FromContext(req.Context()); plane != planes.Root || !isPublicPath(req.URL.Path) {
@@ -71,12 +74,6 @@ func (a anonymousPublic) AuthenticateRequest(req *http.Request) (*authenticator.
 		Name:   user.Anonymous,
 		Groups: []string{user.AllUnauthenticated},
 	}}, true, nil
-}
-
-// hasCredentials: a request that presents credentials and fails
-// authentication is refused even on a public path, as upstream does.
-func hasCredentials(req *http.Request) bool {
-	return req.Header.Get("Authorization") != "" || (req.TLS != nil && len(req.TLS.PeerCertificates) > 0)
 }
 
 // newAuthorizer returns the server's authorizer: members of system:masters
