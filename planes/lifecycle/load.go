@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/auth"
 )
 
 // A server is ready before it knows every stored Plane: with 10,000 of
@@ -124,7 +125,7 @@ func (m *Manager) WaitForPlanes(ctx context.Context) error {
 // paths): it reads nothing from the datastore.
 func (m *Manager) Loading(next http.Handler, serializer runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !m.HasSynced() && HasCredentials(req) {
+		if !m.HasSynced() && auth.HasCredentials(req) {
 			if plane, ok := planes.FromContext(req.Context()); ok {
 				if err := m.Load(req.Context(), plane); err != nil {
 					// Not authenticated yet: the datastore's error goes to
@@ -137,13 +138,6 @@ func (m *Manager) Loading(next http.Handler, serializer runtime.NegotiatedSerial
 		}
 		next.ServeHTTP(w, req)
 	})
-}
-
-// HasCredentials reports whether req presents credentials to
-// authenticate: an Authorization header (bearer token, basic) or a client
-// certificate (also a front proxy's).
-func HasCredentials(req *http.Request) bool {
-	return req.Header.Get("Authorization") != "" || (req.TLS != nil && len(req.TLS.PeerCertificates) > 0)
 }
 
 // needsEveryPlane reports whether req, to a plane in phase, must wait

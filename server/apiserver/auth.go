@@ -24,7 +24,6 @@ import (
 	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/audit"
 	"kplane.dev/kplane/planes/auth"
-	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/snapshot"
 )
 
@@ -64,7 +63,7 @@ func (a anonymousPublic) AuthenticateRequest(req *http.Request) (*authenticator.
 	resp, ok, err := a.delegate.AuthenticateRequest(req)
 	// A request that presents credentials and fails authentication is
 	// refused even on a public path, as upstream does.
-	if ok || err != nil || lifecycle.HasCredentials(req) {
+	if ok || err != nil || auth.HasCredentials(req) {
 		return resp, ok, err
 	}
 	if plane, _ := planes.FromContext(req.Context()); plane != planes.Root || !isPublicPath(req.URL.Path) {
