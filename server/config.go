@@ -21,7 +21,6 @@ import (
 	"kplane.dev/kplane/server/credentials"
 	"kplane.dev/kplane/server/members"
 	"kplane.dev/kplane/server/metrics"
-	"kplane.dev/kplane/server/startupgc"
 	"kplane.dev/kplane/server/version"
 	"kplane.dev/kplane/snapshot"
 )
@@ -227,27 +226,21 @@ func (c *Config) ipSANs() []net.IP {
 // New starts the datastore and builds the apiserver on it. Nothing is
 // served until Run.
 func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
-	// Until the server is ready (package startupgc).
-	resumeGC := startupgc.Pause()
 	store := c.store
 	if store == nil {
 		var err error
 		if store, err = c.listenDatastore(ctx, c.EtcdTLS, nil); err != nil {
-			resumeGC()
 			return nil, err
 		}
 	}
 	apiConfig := c.apiserverConfig(store)
-	apiConfig.OnReady = resumeGC
 	membersClient, err := c.serveMembers(apiConfig, store)
 	if err != nil {
-		resumeGC()
 		store.Close()
 		return nil, err
 	}
 	var deleter *datastore.Deleter
 	closeAll := func() {
-		resumeGC()
 		if membersClient != nil {
 			membersClient.Close()
 		}

@@ -86,8 +86,6 @@ type Config struct {
 
 	// EnableProfiling serves /debug/pprof on the root plane (admin only).
 	EnableProfiling bool
-	// OnReady runs once the server first answers ready (or stops trying).
-	OnReady func()
 
 	// DisableControllers runs no generic controllers, and never takes them
 	// over from another server.

@@ -396,11 +396,7 @@ func (c CompletedConfig) addPostStartHooks(server *genericapiserver.GenericAPISe
 	})
 	server.AddPostStartHookOrDie("kplane-release-startup-memory", func(hook genericapiserver.PostStartHookContext) error {
 		work.Go(hook, func(ctx context.Context) {
-			err := waitUntilReady(ctx, s.loopback)
-			if c.config.OnReady != nil {
-				c.config.OnReady()
-			}
-			if err != nil {
+			if err := waitUntilReady(ctx, s.loopback); err != nil {
 				if ctx.Err() == nil {
 					logrus.WithError(err).Warn("Start-up memory stays in use")
 				}
