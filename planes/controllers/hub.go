@@ -85,17 +85,13 @@ func (h *hub) follow(ctx context.Context, s *planestorage.Store) {
 	}
 	h.mu.Unlock()
 
-	fctx, cancel := context.WithCancel(ctx)
-	go func() {
-		defer cancel()
-		select {
-		case <-s.Gone():
-		case <-fctx.Done():
-		}
+	fctx, cancel := s.UntilGone(ctx)
+	context.AfterFunc(fctx, func() {
+		cancel()
 		h.mu.Lock()
 		delete(h.followed, s)
 		h.mu.Unlock()
-	}()
+	})
 	fan := &fanout{resource: s.Resource(), subs: subs}
 	if counted {
 		fan.onFirstSync = h.storeSynced

@@ -213,7 +213,7 @@ func callAll(fs []func()) {
 // Follow counts s until ctx is done or s is destroyed (a custom-resource
 // storage no CRD uses anymore); then its counters go.
 func (c *Counts) Follow(ctx context.Context, s *Store) {
-	ctx, cancel := untilGone(ctx, s)
+	ctx, cancel := s.UntilGone(ctx)
 	defer cancel()
 	defer c.drop(s)
 	all := planes.WithAllPlanes(ctx)

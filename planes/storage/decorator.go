@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"sync"
@@ -323,8 +324,9 @@ func (r *Registry) decorate(resource schema.GroupResource, content string, inner
 			return nil, nil, err
 		}
 		store := &Store{Interface: raw, resource: resource, resourcePrefix: resourcePrefix, content: content, registry: r,
-			newFunc: newFunc, newListFunc: newListFunc, gone: make(chan struct{}), codec: codecOf(config),
+			newFunc: newFunc, newListFunc: newListFunc, codec: codecOf(config),
 			keyPrefix: datastoreKeyPrefix(config), mirror: hasFamilyLocked(shared, family)}
+		store.gone, store.markGone = context.WithCancel(context.Background())
 		shared[key] = &sharedStorage{store: store, destroy: destroy, refs: 1, family: family}
 		if !store.mirror {
 			for _, f := range r.onNew {
@@ -388,7 +390,7 @@ func (r *Registry) Destroy() {
 }
 
 func (s *sharedStorage) stop() {
-	close(s.store.gone)
+	s.store.markGone()
 	if s.destroy != nil {
 		s.destroy()
 	}

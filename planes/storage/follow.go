@@ -51,7 +51,7 @@ func ObjectKey(obj runtime.Object) string {
 // namespace/name and cannot be used here).
 func Follow(ctx context.Context, s *Store, h Handler) {
 	h = tombstonesAsDeletes{h}
-	ctx, cancel := untilGone(ctx, s)
+	ctx, cancel := s.UntilGone(ctx)
 	defer cancel()
 	all := planes.WithAllPlanes(ctx)
 	known := &seen{uids: map[string]types.UID{}}
@@ -85,19 +85,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// untilGone returns a context that ends with ctx or when s is destroyed.
-func untilGone(ctx context.Context, s *Store) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-s.Gone():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }
 
 // seen is what a handler has been given, so that a relist can report what

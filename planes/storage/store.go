@@ -25,9 +25,12 @@ type Store struct {
 	// for built-in resources); registry resolves which planes use it.
 	content  string
 	registry *Registry
-	// gone is closed when the storage is destroyed (the last CRD serving a
-	// custom resource went away), so that followers of it stop.
-	gone chan struct{}
+	// gone ends when the storage is destroyed (the last CRD serving a
+	// custom resource went away), so that followers of it stop. A context,
+	// not a channel: followers tie their own contexts to it without a
+	// goroutine parked per follower and storage (UntilGone).
+	gone     context.Context
+	markGone context.CancelFunc
 	// codec encodes objects as the datastore stores them (sizes).
 	codec runtime.Codec
 	// keyPrefix is what the datastore's keys of this storage begin with
@@ -55,7 +58,17 @@ func (s *Store) Owns(plane string) bool {
 func (s *Store) ResourcePrefix() string { return s.resourcePrefix }
 
 // Gone is closed once the storage is destroyed.
-func (s *Store) Gone() <-chan struct{} { return s.gone }
+func (s *Store) Gone() <-chan struct{} { return s.gone.Done() }
+
+// UntilGone returns a context that ends with ctx or when s is destroyed.
+func (s *Store) UntilGone(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.gone, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // New returns an empty object of the resource's internal type.
 func (s *Store) New() runtime.Object { return s.newFunc() }

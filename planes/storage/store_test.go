@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,5 +125,53 @@ func expectMatchesPlaneA(t *testing.T, p storage.SelectionPredicate) {
 	}
 	if ok, _ := p.Matches(theirs); ok {
 		t.Fatal("another plane's object must not match")
+	}
+}
+
+func TestUntilGoneEndsWithTheStorageOrItsContext(t *testing.T) {
+	newStore := func() *Store {
+		s := &Store{}
+		s.gone, s.markGone = context.WithCancel(context.Background())
+		return s
+	}
+
+	destroyed := newStore()
+	ctx, cancel := destroyed.UntilGone(context.Background())
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatal("ended before the storage was destroyed")
+	}
+	destroyed.markGone()
+	mustEnd(t, ctx)
+	select {
+	case <-destroyed.Gone():
+	default:
+		t.Fatal("Gone is still open after the storage was destroyed")
+	}
+
+	kept := newStore()
+	parent, stopParent := context.WithCancel(context.Background())
+	ctx, cancel = kept.UntilGone(parent)
+	defer cancel()
+	stopParent()
+	mustEnd(t, ctx)
+	if kept.gone.Err() != nil {
+		t.Fatal("the caller's context ending destroyed the storage")
+	}
+
+	// Cancelled by its caller, the context leaves the storage alone and
+	// ends at once.
+	ctx, cancel = kept.UntilGone(context.Background())
+	cancel()
+	mustEnd(t, ctx)
+}
+
+// mustEnd fails the test unless ctx ends within a few seconds.
+func mustEnd(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the context did not end")
 	}
 }
