@@ -145,7 +145,7 @@ func parseFlags() *benchFlags {
 	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
-	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory and restart in which the two binaries take turns going first; each figure is the median of its rounds")
+	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory and restart in which the two binaries take turns going first; of profiles, with or without it, rounds in which every server is measured once; each figure is the median of its rounds")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
@@ -219,7 +219,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 	case "profiles":
 		var stored []int
 		if stored, err = parseCounts(*f.profilesStored); err == nil {
-			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary, Idle: *f.profilesIdle})
+			res, err = profilesScenario(bin, profilesParams{Stored: stored, Workers: *f.workers, Old: *f.oldBinary, Idle: *f.profilesIdle, Rounds: *f.rounds})
 		}
 	case "restart":
 		res, err = restartScenario(bin, restartParams{Planes: *f.restartPlanes, Workers: *f.workers, Old: *f.oldBinary, Rounds: *f.rounds})

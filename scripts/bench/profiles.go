@@ -29,6 +29,10 @@ type profilesParams struct {
 	// back in as its periodic work reaches it, so the first reading alone
 	// flatters it.
 	Idle time.Duration
+	// Rounds: how many times each server is measured (the figures are
+	// medians): an idle server's RSS moves by about 10 MiB from one run to
+	// the next.
+	Rounds int
 }
 
 // profilesScenario measures the server of each profile side by side in
@@ -38,28 +42,41 @@ type profilesParams struct {
 // restart -> ready, restart -> a stored plane answering, and the memory
 // per stored plane.
 func profilesScenario(binary string, p profilesParams) (Result, error) {
-	figures := map[string]float64{}
 	type target struct{ prefix, binary, profile string }
 	targets := []target{{"full_", binary, "full"}, {"generic_", binary, "generic"}}
 	if p.Old != "" {
 		targets = append([]target{{"old_", p.Old, ""}}, targets...)
 	}
-	for _, t := range targets {
-		var args []string
-		if t.profile != "" {
-			args = []string{"--profile", t.profile}
+	// Each round measures every target once, starting one target later
+	// than the round before, so that none is always measured first.
+	perTarget := make([][]map[string]float64, len(targets))
+	for round := range max(p.Rounds, 1) {
+		for i := range targets {
+			k := (i + round) % len(targets)
+			t := targets[k]
+			var args []string
+			if t.profile != "" {
+				args = []string{"--profile", t.profile}
+			}
+			figures := map[string]float64{}
+			if err := measureProfile(t.binary, args, p, t.prefix, figures); err != nil {
+				return Result{}, fmt.Errorf("round %d, %s%s: %w", round+1, t.prefix, t.profile, err)
+			}
+			perTarget[k] = append(perTarget[k], figures)
 		}
-		if err := measureProfile(t.binary, args, p, t.prefix, figures); err != nil {
-			return Result{}, fmt.Errorf("%s%s: %w", t.prefix, t.profile, err)
-		}
+	}
+	figures := map[string]float64{}
+	for _, rounds := range perTarget {
+		addPrefixed(figures, "", medians(rounds))
 	}
 	return Result{
 		Scenario: "profiles",
 		Params: map[string]any{"stored": p.Stored, "workers": p.Workers, "old_binary": p.Old != "", "datastore": "sqlite",
-			"idle_seconds": p.Idle.Seconds()},
+			"idle_seconds": p.Idle.Seconds(), "rounds": max(p.Rounds, 1)},
 		Figures: figures,
 		Notes: []string{
 			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's server, default flags, measured the same way.",
+			"With --rounds n, every server is measured n times, the order of the servers turning by one each round; each figure is the median of its rounds (_min, _max: its extremes).",
 			"empty_*: a new data dir, read 5 s after /readyz answered ok, as it is (the server returns its start-up heap itself once ready); empty_idle_*: the same server, idle since, read when idle_seconds have passed since /readyz: the binary's pages as they are, then anon and heap 5 s after a forced GC (the heap-profile request forcing it pages code in, so the binary's pages are read before it). Readings after a restart are taken like the idle one, 5 s after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
 			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
 			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
