@@ -2,10 +2,13 @@ package binarypages
 
 import (
 	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,4 +131,58 @@ func TestPageOutReadsDataBackByPage(t *testing.T) {
 	if !seenCode || !seenData {
 		t.Fatalf("smaps named the executable's code (%v) and read-only data (%v) mappings", seenCode, seenData)
 	}
+}
+
+// dropCached, which PageOut runs on the executable, leaves none of a
+// file's unmapped pages in the page cache.
+func TestDropCachedEmptiesTheFilesPageCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "binary")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("the temporary directory is on tmpfs, whose pages are the files themselves and never leave memory")
+	}
+	// Written back first, as PageOut does: dirty pages stay cached.
+	writeBack(f)
+	if _, err := io.Copy(io.Discard, f); err != nil {
+		t.Fatal(err)
+	}
+	before := cachedPages(t, f, 0, 1<<20)
+	if before == 0 {
+		t.Fatal("reading the file left none of it in the page cache")
+	}
+	dropCached(f)
+	if after := cachedPages(t, f, 0, 1<<20); after != 0 {
+		t.Errorf("%d of the file's %d cached pages are still cached", after, before)
+	}
+}
+
+// cachedPages counts the pages of f's bytes from-to (page aligned) in the
+// page cache: mincore over a mapping of them that is never touched.
+func cachedPages(t *testing.T, f *os.File, from, to int64) int {
+	t.Helper()
+	data, err := unix.Mmap(int(f.Fd()), from, int(to-from), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(data)
+	vec := make([]byte, len(data)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
