@@ -64,6 +64,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Every API group is installed: the OpenAPI documents can describe
 	// them (planes' CRDs are merged in per plane on request).
 	gc := c.controlPlane.Generic.Config
+	kept, dropped := narrowDefinitions(gc.OpenAPIV3Config, generic.Handler.GoRestfulContainer)
+	logrus.Debugf("OpenAPI definitions: %d of the served types kept, %d others dropped", kept, dropped)
 	customResources.SetStaticOpenAPI(installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config).V2)
 	boot, err := c.newBootstrapper(core)
 	if err != nil {

@@ -33,7 +33,12 @@ func builtinTypeConverter(config *openapicommon.OpenAPIV3Config) (managedfields.
 	if config == nil {
 		return nil, fmt.Errorf("no OpenAPI v3 configuration")
 	}
-	defined := config.GetDefinitions(func(string) spec.Ref { return spec.Ref{} })
+	// The definitions of what the server serves (narrowDefinitions):
+	// BuildOpenAPIDefinitionsForResources reads those.
+	defined := config.Definitions
+	if defined == nil {
+		defined = config.GetDefinitions(func(string) spec.Ref { return spec.Ref{} })
+	}
 	var names []string
 	for gvk, t := range legacyscheme.Scheme.AllKnownTypes() {
 		if gvk.Version == runtime.APIVersionInternal {

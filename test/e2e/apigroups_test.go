@@ -94,6 +94,20 @@ func TestAPIGroupsDiscovery(t *testing.T) {
 			t.Errorf("/openapi/v3 does not list apis/%s", gv)
 		}
 	}
+	// Every listed document builds: the server keeps only the OpenAPI
+	// definitions its routes carry, and a type missing from them fails
+	// its group's document.
+	for gv := range v3.Paths {
+		var document struct {
+			Components struct {
+				Schemas map[string]json.RawMessage `json:"schemas"`
+			} `json:"components"`
+		}
+		getJSON(t, plane, "/openapi/v3/"+gv, &document)
+		if len(document.Components.Schemas) == 0 {
+			t.Errorf("/openapi/v3/%s has no schemas", gv)
+		}
+	}
 	var v2 struct {
 		Definitions map[string]json.RawMessage `json:"definitions"`
 	}
