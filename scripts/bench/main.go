@@ -142,7 +142,7 @@ func parseFlags() *benchFlags {
 	f.serviceCreates = flag.Int("service-creates", 300, "Services of each type (and ConfigMaps) created one at a time in the services scenario")
 	f.profilesStored = flag.String("profiles-stored", "1000,10000", "plane counts the profiles scenario restarts with (ascending, comma-separated)")
 	f.restartPlanes = flag.Int("restart-planes", 10000, "planes stored before the restarts of the restart scenario (0: an empty server)")
-	f.profilesIdle = flag.Duration("profiles-idle", 2*time.Minute, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle")
+	f.profilesIdle = flag.Duration("profiles-idle", 150*time.Second, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle (past Go's forced GC two minutes after ready, which pages in type data)")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
 	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory and restart in which the two binaries take turns going first; of profiles, with or without it, rounds in which every server is measured once; each figure is the median of its rounds")

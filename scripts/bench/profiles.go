@@ -27,7 +27,10 @@ type profilesParams struct {
 	// Idle: how long after /readyz the empty server's memory is read a
 	// second time, having stayed idle (empty_idle_*): a server pages code
 	// back in as its periodic work reaches it, so the first reading alone
-	// flatters it.
+	// flatters it. Go forces a GC two minutes after the last one (the
+	// one that returned the start-up heap when the server became ready);
+	// that GC reads the type data and stack maps of what is live, 3 MiB of
+	// the binary at once: a reading before it flatters the server too.
 	Idle time.Duration
 	// Rounds: how many times each server is measured (the figures are
 	// medians): an idle server's RSS moves by about 10 MiB from one run to
@@ -77,7 +80,7 @@ func profilesScenario(binary string, p profilesParams) (Result, error) {
 		Notes: []string{
 			"full_*: --profile full (the default); generic_*: --profile generic; old_*: --old-binary's server, default flags, measured the same way.",
 			"With --rounds n, every server is measured n times, the order of the servers turning by one each round; each figure is the median of its rounds (_min, _max: its extremes).",
-			"empty_*: a new data dir, read 5 s after /readyz answered ok, as it is (the server returns its start-up heap itself once ready); empty_idle_*: the same server, idle since, read when idle_seconds have passed since /readyz: the binary's pages as they are, then anon and heap 5 s after a forced GC (the heap-profile request forcing it pages code in, so the binary's pages are read before it). Readings after a restart are taken like the idle one, 5 s after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
+			"empty_*: a new data dir, read 5 s after /readyz answered ok, as it is (the server returns its start-up heap itself once ready); empty_idle_*: the same server, idle since, read when idle_seconds have passed since /readyz: its RSS (anon and binary pages) as it is, before the benchmark sends it anything, then the heap 5 s after a forced GC; anon_rss_after_heap_profile: the anon memory then, as this scenario read it before 2026-11-30 (the forced GC returned 1.5-4 MiB to the kernel that the idle server held a moment before). Readings after a restart are taken like the idle one, 5 s after /readyz. rss = anon + file: anon is the process's own memory (heap, stacks, runtime), file the pages of the binary mapped in (shared with every process running it, clean, reclaimable).",
 			"start_to_ready_s: process start -> /readyz ok on a new data dir (credentials generated); restart_*: the same server stopped with SIGTERM and started again on its data dir.",
 			"stored_<n>_*: n planes created in root (workers concurrent clients, every one Ready) then the server restarted: restart_to_ready_s, restart_to_plane_s (until the last stored plane answers GET namespace default), and memory after the restart; per_plane_kib: (stored memory - empty memory after restart) / n.",
 		},
@@ -159,6 +162,10 @@ func measureProfile(binary string, args []string, p profilesParams, prefix strin
 // processMemory is what the benchmark reads of a server, in MiB.
 type processMemory struct {
 	rss, anon, file, heapInuse, liveHeap float64
+	// anonAfterProfile: the anonymous memory 5 s after the heap-profile
+	// request that forced a GC (readMemory only), as this scenario read
+	// it before, for comparison.
+	anonAfterProfile float64
 }
 
 func (m processMemory) record(figures map[string]float64, prefix string) {
@@ -167,48 +174,71 @@ func (m processMemory) record(figures map[string]float64, prefix string) {
 	figures[prefix+"file_rss_mib"] = m.file
 	figures[prefix+"heap_inuse_mib"] = m.heapInuse
 	figures[prefix+"live_heap_mib"] = m.liveHeap
+	if m.anonAfterProfile > 0 {
+		figures[prefix+"anon_rss_after_heap_profile_mib"] = m.anonAfterProfile
+	}
 }
 
 // settleAfterGC is how long memory is read after a forced GC.
 const settleAfterGC = 5 * time.Second
 
-// readMemory reads the server's memory at after it became ready: the
-// binary's pages first, as they are, then its anonymous memory and heap
-// after a forced GC. The heap-profile request that forces the GC
-// symbolizes its samples, which pages part of the binary in: read after
-// it, the binary's pages would count the benchmark's own request.
+// readMemory reads the server's memory at after it became ready: its RSS
+// as it is, before this reading sends the server anything (what the
+// kernel charges the process and its cgroup), then its heap after a
+// forced GC. A forced GC lowers the heap goal and the runtime returns the
+// difference to the kernel: read after it, as this scenario did until
+// 2026-11-30, the anonymous memory of an idle server was 1.5 to 4 MiB
+// lower than it had been a moment before: the benchmark's own GC decided
+// part of the figure (anon_rss_after_heap_profile keeps it).
 func readMemory(s *server, after time.Duration) (processMemory, error) {
 	time.Sleep(time.Until(s.started.Add(s.ready + after)))
-	asIs, err := peekMemory(s)
+	m, err := residentMemory(s)
 	if err != nil {
-		return asIs, err
+		return m, err
 	}
 	if err := s.collectGarbage(); err != nil {
-		return asIs, err
+		return m, err
 	}
 	time.Sleep(settleAfterGC)
-	m, err := peekMemory(s)
-	m.file = asIs.file
-	m.rss = m.anon + m.file
+	afterProfile, err := residentMemory(s)
+	if err != nil {
+		return m, err
+	}
+	m.anonAfterProfile = afterProfile.anon
+	m.heapInuse, m.liveHeap, err = heapMemory(s)
 	return m, err
 }
 
 // peekMemory reads the server's memory as it is, without a GC.
 func peekMemory(s *server) (processMemory, error) {
+	m, err := residentMemory(s)
+	if err != nil {
+		return m, err
+	}
+	m.heapInuse, m.liveHeap, err = heapMemory(s)
+	return m, err
+}
+
+// residentMemory reads the server's RSS from /proc, sending it nothing.
+func residentMemory(s *server) (processMemory, error) {
+	const mib = 1 << 20
 	var m processMemory
 	status, err := procStatus(s.cmd.Process.Pid)
 	if err != nil {
 		return m, err
 	}
-	const mib = 1 << 20
 	m.rss, m.anon, m.file = status["VmRSS"]/mib, status["RssAnon"]/mib, status["RssFile"]/mib
-	heap, err := s.metric("go_memstats_heap_inuse_bytes")
-	if err != nil {
-		return m, err
+	return m, nil
+}
+
+// heapMemory reads the server's heap in use and live heap from /metrics.
+func heapMemory(s *server) (inuse, live float64, err error) {
+	const mib = 1 << 20
+	if inuse, err = s.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return 0, 0, err
 	}
-	live, err := s.metric("go_memstats_heap_alloc_bytes")
-	m.heapInuse, m.liveHeap = heap/mib, live/mib
-	return m, err
+	live, err = s.metric("go_memstats_heap_alloc_bytes")
+	return inuse / mib, live / mib, err
 }
 
 // procStatus reads the kB fields of /proc/<pid>/status, in bytes.
