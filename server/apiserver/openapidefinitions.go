@@ -14,8 +14,8 @@ import (
 // Upstream's DefaultOpenAPIV3Config fills Definitions with every type of
 // the generated package (kubelet, kube-proxy and controller-manager
 // configurations, every workload type, whether served or not) and the
-// server holds the map for its life: 6.7 MB of an empty generic server's
-// 25.5 MB live heap (exact heap profile, GODEBUG=memprofilerate=1), of
+// server holds the map for its life: 6.4 MiB of an empty generic server's
+// 25.5 MiB live heap (exact heap profile, GODEBUG=memprofilerate=1), of
 // which the generic profile serves a small part. What reads the map after
 // install reads it through the routes: the v3 documents, built from the
 // same routes, and the built-in type converter of mutating policies, whose
