@@ -11,6 +11,7 @@ import (
 	schemaresolver "k8s.io/apiserver/pkg/cel/openapi/resolver"
 	k8sscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	"kplane.dev/kplane/planes/controllers/clusterroleaggregation"
@@ -37,6 +38,10 @@ type Config struct {
 	CustomResources *crds.Server
 	// CACert goes into every kube-root-ca.crt ConfigMap.
 	CACert []byte
+	// BuiltinDefinitions are the OpenAPI definitions of the built-in types
+	// the server serves, which admission policies are type-checked
+	// against; nil: every type of the generated package.
+	BuiltinDefinitions openapicommon.GetOpenAPIDefinitions
 }
 
 // Controllers are the generic controllers of every plane.
@@ -92,9 +97,13 @@ func New(config Config) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
+	definitions := config.BuiltinDefinitions
+	if definitions == nil {
+		definitions = generatedopenapi.GetOpenAPIDefinitions
+	}
 	policies, err := policystatus.New(policystatus.Config{Client: client, Loopback: root, Storage: config.Storage, Kinds: resolver,
 		Builtin: func() *schemaresolver.DefinitionsSchemaResolver {
-			return schemaresolver.NewDefinitionsSchemaResolver(generatedopenapi.GetOpenAPIDefinitions, k8sscheme.Scheme, apiextensionsscheme.Scheme)
+			return schemaresolver.NewDefinitionsSchemaResolver(definitions, k8sscheme.Scheme, apiextensionsscheme.Scheme)
 		}})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	"kplane.dev/kplane/fleet"
 	"kplane.dev/kplane/planes"
@@ -73,6 +74,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	controllersConfig := controllers.Config{
 		Loopback: loopbackConfig, Storage: c.storage, CustomResources: customResources, CACert: c.config.CACert,
+		BuiltinDefinitions: servedOnly(generatedopenapi.GetOpenAPIDefinitions, gc.OpenAPIV3Config.Definitions),
 	}
 	genericControllers, err := controllers.NewTerms(controllersConfig)
 	if err != nil {

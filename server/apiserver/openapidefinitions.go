@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"maps"
+
 	restful "github.com/emicklei/go-restful/v3"
 	openapicommon "k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/util"
@@ -67,4 +69,23 @@ func routeModels(route restful.Route) []any {
 		}
 	}
 	return models
+}
+
+// servedOnly is get narrowed to the definitions served holds (the map
+// narrowDefinitions kept). The admission policies' type checker builds
+// its own map of every type's definition, with references of its own
+// form, and holds it once the first policy is checked: narrowed, it holds
+// the served types' only.
+func servedOnly(get openapicommon.GetOpenAPIDefinitions, served map[string]openapicommon.OpenAPIDefinition) openapicommon.GetOpenAPIDefinitions {
+	if served == nil {
+		return get
+	}
+	return func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+		definitions := get(ref)
+		maps.DeleteFunc(definitions, func(name string, _ openapicommon.OpenAPIDefinition) bool {
+			_, ok := served[name]
+			return !ok
+		})
+		return definitions
+	}
 }

@@ -57,3 +57,23 @@ func TestNarrowDefinitionsKeepsWhatTheRoutesCarry(t *testing.T) {
 		t.Errorf("narrowDefinitions reported %d kept and %d dropped, want 5 and 2", kept, dropped)
 	}
 }
+
+// TestServedOnlyDropsWhatTheServerDoesNotServe: the narrowed function
+// answers the served definitions only, built by the function it narrows.
+func TestServedOnlyDropsWhatTheServerDoesNotServe(t *testing.T) {
+	built := 0
+	get := func(openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+		built++
+		return map[string]openapicommon.OpenAPIDefinition{"a": {}, "b": {}, "c": {}}
+	}
+	served := map[string]openapicommon.OpenAPIDefinition{"a": {}, "c": {}}
+	got := servedOnly(get, served)(nil)
+	if built != 1 || len(got) != 2 {
+		t.Fatalf("built %d times, answered %v; want one build answering a and c", built, got)
+	}
+	for name := range served {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no definition %s", name)
+		}
+	}
+}
