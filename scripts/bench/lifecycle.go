@@ -188,12 +188,8 @@ func measure(s *server) (memory, error) {
 	if err != nil {
 		return memory{}, err
 	}
-	live, err := s.metric("go_memstats_heap_alloc_bytes")
-	if err != nil {
-		return memory{}, err
-	}
-	marked, err := s.metric("go_gc_heap_live_bytes")
-	return memory{rss: rss, heapInuse: inuse, liveHeap: live, markedHeap: marked}, err
+	heap, err := s.metrics("go_memstats_heap_alloc_bytes", "go_gc_heap_live_bytes")
+	return memory{rss: rss, heapInuse: inuse, liveHeap: heap["go_memstats_heap_alloc_bytes"], markedHeap: heap["go_gc_heap_live_bytes"]}, err
 }
 
 func (m memory) record(figures map[string]float64, prefix string) {

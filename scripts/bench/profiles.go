@@ -234,11 +234,8 @@ func residentMemory(s *server) (processMemory, error) {
 // heapMemory reads the server's heap in use and live heap from /metrics.
 func heapMemory(s *server) (inuse, live float64, err error) {
 	const mib = 1 << 20
-	if inuse, err = s.metric("go_memstats_heap_inuse_bytes"); err != nil {
-		return 0, 0, err
-	}
-	live, err = s.metric("go_memstats_heap_alloc_bytes")
-	return inuse / mib, live / mib, err
+	values, err := s.metrics("go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes")
+	return values["go_memstats_heap_inuse_bytes"] / mib, values["go_memstats_heap_alloc_bytes"] / mib, err
 }
 
 // procStatus reads the kB fields of /proc/<pid>/status, in bytes.

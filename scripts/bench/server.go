@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,21 +169,33 @@ func (s *server) saveMetrics(path string) error {
 
 // metric reads one unlabelled gauge from the server's /metrics.
 func (s *server) metric(name string) (float64, error) {
-	found := false
-	var value float64
+	values, err := s.metrics(name)
+	return values[name], err
+}
+
+// metrics reads the unlabelled series of every one of names from one
+// /metrics answer: one scrape, so that the values are of one moment and
+// the server answers (and pages in) the scrape once.
+func (s *server) metrics(names ...string) (map[string]float64, error) {
+	values := make(map[string]float64, len(names))
 	err := s.scanMetrics(func(line string) error {
-		if found || !strings.HasPrefix(line, name+" ") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || !slices.Contains(names, name) {
 			return nil
 		}
-		found = true
-		var err error
-		value, err = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+		if _, seen := values[name]; seen {
+			return nil
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		values[name] = v
 		return err
 	})
-	if err == nil && !found {
-		err = fmt.Errorf("metric %s not found", name)
+	for _, name := range names {
+		if _, found := values[name]; !found && err == nil {
+			err = fmt.Errorf("metric %s not found", name)
+		}
 	}
-	return value, err
+	return values, err
 }
 
 // metricSum is the sum of every series of metric name, whatever their

@@ -226,15 +226,9 @@ func (s *server) settledUsage() (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	u := usage{rss: rss}
-	for name, v := range map[string]*float64{
-		"go_goroutines": &u.goroutines, "go_memstats_heap_inuse_bytes": &u.heap, "go_memstats_stack_inuse_bytes": &u.stacks,
-	} {
-		if *v, err = s.metric(name); err != nil {
-			return u, err
-		}
-	}
-	return u, nil
+	values, err := s.metrics("go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes")
+	return usage{rss: rss, goroutines: values["go_goroutines"], heap: values["go_memstats_heap_inuse_bytes"],
+		stacks: values["go_memstats_stack_inuse_bytes"]}, err
 }
 
 // usageBackTo waits (up to 30 s) until the goroutines are back within 5%
