@@ -66,15 +66,18 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, req *http.Request, plane s
 
 // catchUp makes the snapshot's resourceVersion one every cache can resume
 // a watch from. A cache built after the server started cannot go back
-// before it was built; when a quieter cache lags behind that point, it is
-// read again once it has caught up (the cache waits for that, briefly),
-// and is otherwise left as it is: a delta stream from the snapshot is then
-// refused with 410 and the client takes a new snapshot.
+// before it was built, nor can a delta stream start before its resource's
+// tap did (one started by another stream while this snapshot was read,
+// before its revision counted as handed out); when a quieter cache lags
+// behind that point, it is read again once it has caught up (the cache
+// waits for that, briefly), and is otherwise left as it is: a delta
+// stream from the snapshot is then refused with 410 and the client takes
+// a new snapshot.
 func (s *Server) catchUp(ctx context.Context, resources []listed, opts Options) {
 	var need uint64
 	for _, l := range resources {
 		if l.synced {
-			need = max(need, s.floor(l.store, l.rv))
+			need = max(need, s.floor(l.store, l.rv), s.taps.startedAt(l.store))
 		}
 	}
 	for i, l := range resources {

@@ -121,6 +121,23 @@ func (ts *taps) handedOutRecently(rv uint64) bool {
 	return oldest > 0 && rv >= oldest
 }
 
+// startedAt is the revision the running tap of src started from; 0 when
+// none runs.
+func (ts *taps) startedAt(src source) uint64 {
+	ts.mu.Lock()
+	tp := ts.open[src]
+	ts.mu.Unlock()
+	if tp == nil {
+		return 0
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if tp.stopped {
+		return 0
+	}
+	return tp.startedAt
+}
+
 // running is the number of taps following a resource.
 func (ts *taps) running() int {
 	ts.mu.Lock()
@@ -144,6 +161,9 @@ type tap struct {
 	stopped bool
 	cancel  context.CancelFunc
 	ring    history
+	// startedAt is the revision the tap started from: no stream can
+	// start before it.
+	startedAt uint64
 	// subs are the streams by plane; a plane without streams has no entry.
 	subs  map[string]map[*subscription]struct{}
 	count int
@@ -250,25 +270,27 @@ func (tp *tap) stopLocked(reason string) {
 	tp.owner.forget(tp)
 }
 
-// start opens the cross-plane watch from the first candidate revision the
-// cache accepts. When the cache accepts none and the oldest is a revision
-// a recent snapshot handed out, the watch replays from the datastore: the
-// cache started after that snapshot read the other caches (a server
-// start, a new custom resource's storage), so its history begins after a
-// revision the snapshot's streams resume from, while the datastore still
-// holds the changes since. Older revisions stay refused: a stream cannot
-// make the server replay more than the last snapshots' window.
+// start opens the cross-plane watch from the first candidate revision it
+// can serve, oldest first. When the cache refuses a candidate that a
+// recent snapshot handed out, the watch replays it from the datastore
+// before a later candidate is tried: the cache started after that
+// snapshot read the other caches (a server start, a new custom resource's
+// storage), or its window no longer reaches back that far, while the
+// datastore still holds the changes since. Starting from the later
+// candidate instead would refuse with 410 every stream that follows the
+// snapshot. Older revisions stay refused: a stream cannot make the server
+// replay more than the last snapshots' window.
 func (tp *tap) start(candidates []uint64) error {
 	var err error
 	for _, rv := range candidates {
 		if err = tp.startFrom(rv, tp.src.Watch); err == nil {
 			return nil
 		}
-	}
-	var old *tooOldError
-	if errors.As(err, &old) && tp.owner.handedOutRecently(candidates[0]) {
-		if replayErr := tp.startFrom(candidates[0], tp.replay); replayErr == nil {
-			return nil
+		var old *tooOldError
+		if errors.As(err, &old) && tp.owner.handedOutRecently(rv) {
+			if replayErr := tp.startFrom(rv, tp.replay); replayErr == nil {
+				return nil
+			}
 		}
 	}
 	return err
@@ -283,7 +305,7 @@ func (tp *tap) startFrom(rv uint64, open watchFunc) error {
 		return err
 	}
 	tp.started, tp.cancel = true, cancel
-	tp.ring.since = rv
+	tp.ring.since, tp.startedAt = rv, rv
 	tp.at.Store(rv)
 	go tp.run(ctx, w, first)
 	return nil

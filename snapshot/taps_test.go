@@ -238,6 +238,36 @@ func TestTapReplaysAHandedOutRevisionFromTheDatastore(t *testing.T) {
 	}
 }
 
+// A new tap whose cache no longer reaches back to the oldest revision
+// recent snapshots handed out replays that revision from the datastore
+// rather than start from its own stream's later one: a stream following
+// that older snapshot, joining next, is served, not refused with 410. A
+// snapshot read while the tap started sees where it did (startedAt).
+func TestTapReplaysTheOldestHandedOutRevisionFirst(t *testing.T) {
+	ts, src := testTaps(), newFeed(100)
+	ts.handedOut.record(50, time.Now())
+	if err := ts.subscribe(src, &subscription{sub: newSubscriber("b", "", 10), from: 120}); err != nil {
+		t.Fatal(err)
+	}
+	if len(src.replayed) != 1 || src.replayed[0] != 50 {
+		t.Fatalf("datastore watches from %v, want one from 50", src.replayed)
+	}
+	if at := ts.startedAt(src); at != 50 {
+		t.Fatalf("the tap started at %d, want 50", at)
+	}
+	src.send(watch.Added, "a", "ns", "x", 60)
+	follower := newSubscriber("a", "", 10)
+	if err := ts.subscribe(src, &subscription{sub: follower, from: 50}); err != nil {
+		t.Fatalf("a stream from the older snapshot: %v", err)
+	}
+	if got, _ := receive(t, follower, 1); !equal(names(got), []string{"x@60"}) {
+		t.Fatalf("stream from the older snapshot got %v", names(got))
+	}
+	if at := ts.startedAt(newFeed(0)); at != 0 {
+		t.Fatalf("a resource without a tap started at %d, want 0", at)
+	}
+}
+
 // A stream that leaves more than its backlog unread loses its place and
 // leaves the tap; the others go on.
 func TestTapSlowStreamLosesItsPlace(t *testing.T) {
