@@ -191,6 +191,8 @@ type Manager struct {
 	provisioning map[string]map[string]int
 	// inheritanceChanged is told of planes whose Inherits may have changed.
 	inheritanceChanged atomic.Pointer[func(plane string)]
+	// resetFollowers is waited for before a reset lets requests in.
+	resetFollowers atomic.Pointer[func(ctx context.Context, upTo map[*planestorage.Store]int64)]
 	// client reaches the root plane (Planes, presence Leases).
 	client dynamic.Interface
 	// running is Run's context, for the work observe starts.
@@ -437,6 +439,24 @@ func inheritsLocked(s *state) string {
 // Inherits may have changed: made from a template, deleted, forgotten. f
 // is called outside the manager's lock and must not block.
 func (m *Manager) OnInheritanceChange(f func(plane string)) { m.inheritanceChanged.Store(&f) }
+
+// OnReset makes a reset wait, before it lets the plane's requests in,
+// until f returns. f is given the revision of the reset's last deletion
+// in each storage it deleted in, and returns once the caches it keeps of
+// the watch caches' events (the simulation's informers) have taken them:
+// a controller whose write the reset refused decides again from those
+// caches, and one that still showed the plane before its reset would
+// write that again (the ReplicaSet of the Deployment's template the reset
+// undid). f must return when ctx is done.
+func (m *Manager) OnReset(f func(ctx context.Context, upTo map[*planestorage.Store]int64)) {
+	m.resetFollowers.Store(&f)
+}
+
+func (m *Manager) awaitResetFollowers(ctx context.Context, w wiped) {
+	if f := m.resetFollowers.Load(); f != nil && len(w.upTo) > 0 {
+		(*f)(ctx, w.upTo)
+	}
+}
 
 func (m *Manager) tellInheritance(plane string) {
 	if f := m.inheritanceChanged.Load(); f != nil {

@@ -207,6 +207,7 @@ func (m *Manager) finishReset(ctx context.Context, plane string, markedAt uint64
 		return fmt.Errorf("resetting plane %s: %w", plane, err)
 	}
 	awaitCaches(ctx, plane, w)
+	m.awaitResetFollowers(ctx, w)
 	wipeTook := time.Since(wipeBegan)
 	for _, f := range m.config.Forget {
 		f.ForgetPlane(plane)
@@ -456,6 +457,7 @@ func (m *Manager) releaseResetHold(u *unstructured.Unstructured) {
 	}
 	go func() {
 		awaitCaches(*ctx, plane, w)
+		m.awaitResetFollowers(*ctx, w)
 		m.letInAfterReset(plane, s, h)
 	}()
 }

@@ -144,6 +144,17 @@ func (s *Simulation) InheritanceChanged(plane string) {
 	}
 }
 
+// AwaitRevisions returns once the controllers' informers have been handed
+// each storage's events up to the revision upTo gives (a reset's last
+// deletions): a plane's reset lets its requests in only then, so that no
+// controller decides again from the plane as it was before. Before Run
+// there is nothing to wait for.
+func (s *Simulation) AwaitRevisions(ctx context.Context, upTo map[*planestorage.Store]int64) {
+	if inf := s.informers.Load(); inf != nil {
+		inf.AwaitRevisions(ctx, upTo)
+	}
+}
+
 // PlaneChanged makes the simulation look again at plane's pods: what the
 // plane's Plane sets (faults) changed.
 func (s *Simulation) PlaneChanged(plane string) {

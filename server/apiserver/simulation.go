@@ -82,6 +82,7 @@ func bindSimulation(sim *simulation.Simulation, manager *lifecycle.Manager) {
 	}
 	sim.SetTemplates(manager)
 	manager.OnInheritanceChange(sim.InheritanceChanged)
+	manager.OnReset(sim.AwaitRevisions)
 	sim.SetOff(func(plane string) bool {
 		obj, exists := manager.Object(plane)
 		if !exists {

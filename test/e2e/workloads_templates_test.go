@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,5 +259,98 @@ func TestWorkloadsInFreshMembers(t *testing.T) {
 			}
 			return replicaSets(ctx, c, 1)
 		})
+	}
+}
+
+// TestWorkloadsResetUnderChurn: members that rolled out a new image and
+// are reset at once, while other planes keep the controllers busy, each
+// come back to their template's one ReplicaSet and Pods. A Deployment
+// controller sync that read a member's changed Deployment just before its
+// reset, and the reset's deletion of that spec's ReplicaSet, wrote the
+// ReplicaSet again just after: the member kept two (seen in CI as
+// TestWorkloadsInTemplateMembers/reset failing, and here in the second
+// or third round of most runs on two loaded cores).
+func TestWorkloadsResetUnderChurn(t *testing.T) {
+	t.Parallel()
+	s := shared
+	tmpl := uniquePlane(t, "wl-churn-tmpl")
+	templateRunning(t, s, tmpl, 2)
+	members := make([]string, 8)
+	for i := range members {
+		members[i] = uniquePlane(t, "wl-churn-member")
+		createPlane(t, s, members[i], tmpl)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	var churning sync.WaitGroup
+	defer churning.Wait()
+	defer stop()
+	for range 4 {
+		plane := uniquePlane(t, "wl-churn")
+		createPlane(t, s, plane, "")
+		s.MustKubectl(t, plane, "", "create", "deployment", "web", "--image=nginx", "--replicas=1")
+		c := s.Client(t, plane)
+		churning.Go(func() { scaleAllAlong(ctx, c) })
+	}
+	for round := range 3 {
+		image := fmt.Sprintf("nginx:1.%d", 20+round)
+		var wg sync.WaitGroup
+		for _, member := range members {
+			c := s.Client(t, member)
+			wg.Go(func() { rollOutAndReset(t, s, c, member, image) })
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		for _, member := range members {
+			c := s.Client(t, member)
+			framework.Eventually(t, framework.DefaultTimeout, fmt.Sprintf("round %d: member %s back to the template's 2 pods", round, member), func(ctx context.Context) error {
+				if _, err := runningPods(ctx, c, "default", "app=web", 2, "nginx"); err != nil {
+					return err
+				}
+				return replicaSets(ctx, c, 1)
+			})
+		}
+	}
+}
+
+// rollOutAndReset rolls member's Deployment web out to 3 Pods of image
+// through c, then resets member. It reports failures with t.Errorf: it
+// runs beside others.
+func rollOutAndReset(t *testing.T, s *framework.Server, c kubernetes.Interface, member, image string) {
+	patch := fmt.Sprintf(`{"spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"nginx","image":%q}]}}}}`, image)
+	if _, err := c.AppsV1().Deployments("default").Patch(t.Context(), "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Errorf("rolling member %s out to %s: %v", member, image, err)
+		return
+	}
+	err := framework.WaitFor(t.Context(), framework.DefaultTimeout, func(ctx context.Context) error {
+		if _, err := runningPods(ctx, c, "default", "app=web", 3, image); err != nil {
+			return err
+		}
+		return replicaSets(ctx, c, 2)
+	})
+	if err != nil {
+		t.Errorf("member %s rolled out to %s: %v", member, image, err)
+		return
+	}
+	if code, err := postReset(s, member); err != nil || code != http.StatusOK {
+		t.Errorf("reset %s: HTTP %d, %v", member, code, err)
+	}
+}
+
+// scaleAllAlong scales the plane's Deployment web between 1 and 4
+// replicas until ctx is done: the controllers' informers and workers stay
+// busy with every other plane's changes meanwhile.
+func scaleAllAlong(ctx context.Context, c kubernetes.Interface) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, 1+n%4)
+		_, _ = c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{})
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }

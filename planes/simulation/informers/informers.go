@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -218,6 +222,33 @@ func (i *Informers) InheritanceChanged(plane string) {
 		}
 	}
 	i.inheriting.Add(plane)
+}
+
+// settleTimeout bounds the wait for one informer to be handed a reset's
+// deletions; past it the reset lets the plane's requests in regardless.
+const settleTimeout = 10 * time.Second
+
+// AwaitRevisions returns once every informer over a storage of upTo has
+// been handed that storage's events up to its revision: the controllers
+// read the plane as the watch caches show it from then on. The informer
+// stores an event a moment after it is handed over, which nothing tells;
+// that moment is left to chance.
+func (i *Informers) AwaitRevisions(ctx context.Context, upTo map[*planestorage.Store]int64) {
+	for _, stage := range i.stages {
+		for _, is := range stage {
+			revision, ok := upTo[is.source.store]
+			if !ok || revision <= 0 || !is.informer.HasSynced() {
+				continue
+			}
+			err := wait.PollUntilContextTimeout(ctx, time.Millisecond, settleTimeout, true, func(context.Context) (bool, error) {
+				return is.source.through.Load() >= uint64(revision), nil
+			})
+			if err != nil && ctx.Err() == nil {
+				logrus.WithError(err).Warnf("simulation: the %s informer was not handed revision %d within %s",
+					is.source.store.Resource(), revision, settleTimeout)
+			}
+		}
+	}
 }
 
 // WaitForSync waits for every informer's first list.

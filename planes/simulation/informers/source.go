@@ -3,7 +3,9 @@ package informers
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,6 +76,24 @@ type source struct {
 	// deferred holds the events of the planes that await a look at what
 	// they inherit (a key with no events: none yet).
 	deferred map[string][]watch.Event
+	// through is the revision up to which the informer has been handed
+	// the cache's events, or has been spared those it is not to see.
+	through atomic.Uint64
+}
+
+// handedThrough records that the informer has been handed the cache's
+// events up to rv (a revision of the cache: "" or not a number, nothing).
+func (s *source) handedThrough(rv string) {
+	r, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		at := s.through.Load()
+		if r <= at || s.through.CompareAndSwap(at, r) {
+			return
+		}
+	}
 }
 
 // held is what the informer holds at one key.
@@ -170,6 +190,7 @@ func (s *source) list(ctx context.Context, _ metav1.ListOptions) (runtime.Object
 	}
 	listMeta, _ := meta.ListAccessor(out)
 	listMeta.SetResourceVersion(rv.GetResourceVersion())
+	s.handedThrough(rv.GetResourceVersion())
 	return out, nil
 }
 

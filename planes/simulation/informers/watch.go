@@ -95,6 +95,9 @@ func (w *planesWatch) run(ctx context.Context) {
 		inherited := false
 		var looked map[string][]chan<- expectation
 		var expects map[string]expectation
+		// through: the cache's revision this round's events take the
+		// informer to ("": a look at inherited objects, no revision).
+		through := ""
 		select {
 		case <-w.done:
 			return
@@ -106,6 +109,7 @@ func (w *planesWatch) run(ctx context.Context) {
 			}
 			if ev.Type != watch.Error {
 				w.at = resourceVersion(ev.Object)
+				through = w.at
 			}
 			out, inherited = w.src.event(ctx, ev)
 		case <-w.src.signal:
@@ -136,6 +140,7 @@ func (w *planesWatch) run(ctx context.Context) {
 			}
 		}
 		answer(looked, expects)
+		w.src.handedThrough(through)
 	}
 }
 

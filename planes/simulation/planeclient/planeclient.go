@@ -82,6 +82,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
+	if refused := u.staleReplicaSet(out, body); refused != nil {
+		return refused, nil
+	}
 	resp, err := u.next.RoundTrip(out)
 	sent := body
 	if err == nil && resp.StatusCode == http.StatusConflict && derivedStatus(out) {

@@ -44,9 +44,16 @@ func timeoutFromEnv(def time.Duration) time.Duration {
 // code that has no testing.TB (TestMain, start-up) or must not stop the
 // test goroutine.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
+	// last is what the last look that ran to its end said: the one the
+	// deadline cut short says only that (a request cancelled), not what
+	// was still awaited.
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		last = cond(ctx)
+		got := cond(ctx)
+		if got != nil && ctx.Err() != nil && last != nil {
+			return false, nil
+		}
+		last = got
 		var stop stopError
 		if errors.As(last, &stop) {
 			return false, stop.err
