@@ -104,7 +104,7 @@ func New(config Config) (*Simulation, error) {
 	// kube-controller-manager does: their deprecation warning is for users.
 	routedConfig.WarningHandlerWithContext = rest.NoWarnings{}
 	events := planeclient.NewEvents()
-	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig, events))
+	client, err := kubernetes.NewForConfig(planeclient.Config(routedConfig, events, resetRevisions(config.Storage)))
 	if err != nil {
 		return nil, fmt.Errorf("simulation client: %w", err)
 	}
@@ -265,6 +265,15 @@ func (s *Simulation) disruption(ctx context.Context, inf *informers.Informers) *
 
 // maxEndpointsPerSlice is kube-controller-manager's default.
 const maxEndpointsPerSlice = 100
+
+// resetRevisions reads the planes' reset revisions from registry (nil:
+// none).
+func resetRevisions(registry *planestorage.Registry) planeclient.ResetRevisions {
+	if registry == nil {
+		return nil
+	}
+	return registry.ResetRevision
+}
 
 // ForgetPlane implements lifecycle.Forgetter. The simulation holds a
 // plane's state only in its informers, which drop it with the deletion

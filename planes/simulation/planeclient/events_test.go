@@ -70,7 +70,7 @@ func TestEventsOfAQuietPlaneOutliveAFlood(t *testing.T) {
 		t.Fatal("the writer never ran")
 	}
 	// No client-side rate limit: the creates come as fast as they can.
-	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL, QPS: -1}), events))
+	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL, QPS: -1}), events, nil))
 	create := func(plane string, i int) {
 		t.Helper()
 		ns := plane + "|default"

@@ -35,15 +35,21 @@ import (
 	"kplane.dev/kplane/planes/simulation/planens"
 )
 
+// ResetRevisions returns a plane's reset revision
+// (lifecycle.Manager.ResetRevision).
+type ResetRevisions func(plane string) uint64
+
 // Config returns a copy of routed (a loopback.Controller config) whose
 // requests may name their plane in a folded namespace or node name. Its
-// Event creates go through events while it runs (nil: sent at once).
-func Config(routed *restclient.Config, events *Events) *restclient.Config {
+// Event creates go through events while it runs (nil: sent at once);
+// resets (nil: none) pins what it checks before a write to the plane's
+// reset revision (staleReplicaSet).
+func Config(routed *restclient.Config, events *Events, resets ResetRevisions) *restclient.Config {
 	c := restclient.CopyConfig(routed)
 	c.ContentType = runtime.ContentTypeJSON
 	c.AcceptContentTypes = runtime.ContentTypeJSON
 	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return &unfold{next: rt, events: events, statusWrites: newStatusWrites()}
+		return &unfold{next: rt, events: events, statusWrites: newStatusWrites(), resets: resets}
 	})
 	return c
 }
@@ -52,6 +58,7 @@ type unfold struct {
 	next         http.RoundTripper
 	events       *Events
 	statusWrites *statusWrites
+	resets       ResetRevisions
 }
 
 func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -82,7 +89,7 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 	}
-	if refused := u.staleReplicaSet(out, body); refused != nil {
+	if refused := u.staleReplicaSet(plane, out, body); refused != nil {
 		return refused, nil
 	}
 	resp, err := u.next.RoundTrip(out)

@@ -60,7 +60,7 @@ func TestStatusConflictReapplied(t *testing.T) {
 	var seen atomic.Value
 	srv := fakePlaneServer(t, &puts, &seen)
 	defer srv.Close()
-	cfg := Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil)
+	cfg := Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil, nil)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestPlanelessEventRefused(t *testing.T) {
 	seen.Store("")
 	srv := fakePlaneServer(t, &puts, &seen)
 	defer srv.Close()
-	client, err := kubernetes.NewForConfig(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
+	client, err := kubernetes.NewForConfig(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestPlaneBeingDeletedIsATerminatingNamespace(t *testing.T) {
 		terminating bool
 	}{{deleted, true}, {gone, true}, {exists, false}, {noNamespace, false}} {
 		srv := refusingServer(t, tc.answer)
-		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
+		client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil, nil))
 		_, err := client.CoreV1().Pods("p1|default").Create(context.Background(),
 			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "p1|default"}}, metav1.CreateOptions{})
 		srv.Close()
@@ -253,7 +253,7 @@ func TestStatusWriteCatchesUpWithItsOwnLastWrite(t *testing.T) {
 	d.generation.Store(1)
 	srv := httptest.NewServer(d)
 	defer srv.Close()
-	client, err := rest.HTTPClientFor(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
+	client, err := rest.HTTPClientFor(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

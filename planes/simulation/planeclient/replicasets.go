@@ -2,9 +2,11 @@ package planeclient
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	deploymentutil "k8s.io/kubernetes/pkg/controller/deployment/util"
+
+	"kplane.dev/kplane/planes/lifecycle"
 )
 
 // staleReplicaSet answers the Deployment controller's create of a
@@ -27,10 +31,13 @@ import (
 // cluster creates a ReplicaSet for a template its Deployment does not
 // have, so the create is refused whenever that is so, with the cause
 // upstream's controllers take to retry quietly (no event, no status
-// condition of a failed create). It costs a read of the Deployment per
-// ReplicaSet created: once per rollout. nil: the create goes on (also
-// when the Deployment cannot be read: the API answers the create).
-func (u *unfold) staleReplicaSet(req *http.Request, body []byte) *http.Response {
+// condition of a failed create). The create then carries the plane's
+// reset revision read before the Deployment: a reset between the read
+// and the create refuses it too (lifecycle.ResetRevisionHeader). It
+// costs a read of the Deployment per ReplicaSet created: once per
+// rollout. nil: the create goes on, also when the Deployment does not
+// exist (the API answers the create as it would).
+func (u *unfold) staleReplicaSet(plane string, req *http.Request, body []byte) *http.Response {
 	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/replicasets") {
 		return nil
 	}
@@ -42,12 +49,24 @@ func (u *unfold) staleReplicaSet(req *http.Request, body []byte) *http.Response 
 	if owner == nil || owner.Kind != "Deployment" || !strings.HasPrefix(owner.APIVersion, appsv1.GroupName+"/") {
 		return nil
 	}
-	d, ok := u.deploymentOf(req, owner.Name)
-	if !ok || (d.UID == owner.UID && deploymentutil.EqualIgnoreHash(&rs.Spec.Template, &d.Spec.Template)) {
+	if u.resets != nil {
+		req.Header.Set(lifecycle.ResetRevisionHeader, strconv.FormatUint(u.resets(plane), 10))
+	}
+	d, code := u.deploymentOf(req, owner.Name)
+	var why string
+	switch {
+	case code == http.StatusNotFound:
+		return nil
+	case code != http.StatusOK:
+		// Refused while the plane is reset, or not read at all: nothing
+		// says the decision still holds.
+		why = fmt.Sprintf("Deployment %s could not be read (HTTP %d); decide again", owner.Name, code)
+	case d.UID != owner.UID || !deploymentutil.EqualIgnoreHash(&rs.Spec.Template, &d.Spec.Template):
+		why = fmt.Sprintf("the pod template of Deployment %s has changed since it was read; decide again", owner.Name)
+	default:
 		return nil
 	}
-	status := apierrors.NewConflict(schema.GroupResource{Group: appsv1.GroupName, Resource: "replicasets"}, rs.Name,
-		fmt.Errorf("the pod template of Deployment %s has changed since it was read; decide again", owner.Name)).Status()
+	status := apierrors.NewConflict(schema.GroupResource{Group: appsv1.GroupName, Resource: "replicasets"}, rs.Name, errors.New(why)).Status()
 	status.APIVersion, status.Kind = "v1", "Status"
 	status.Details.Causes = append(status.Details.Causes, metav1.StatusCause{
 		Type: corev1.NamespaceTerminatingCause, Message: "a stale decision: retried once the controller's copy is current",
@@ -60,8 +79,9 @@ func (u *unfold) staleReplicaSet(req *http.Request, body []byte) *http.Response 
 }
 
 // deploymentOf reads Deployment name of the namespace a ReplicaSet create
-// (req, already sent to its plane) is in.
-func (u *unfold) deploymentOf(req *http.Request, name string) (*appsv1.Deployment, bool) {
+// (req, already sent to its plane) is in, and returns the answer's code
+// (0: no answer).
+func (u *unfold) deploymentOf(req *http.Request, name string) (*appsv1.Deployment, int) {
 	get := req.Clone(req.Context())
 	get.Method, get.Body, get.GetBody, get.ContentLength = http.MethodGet, http.NoBody, nil, 0
 	get.Header.Del("Content-Type")
@@ -70,19 +90,19 @@ func (u *unfold) deploymentOf(req *http.Request, name string) (*appsv1.Deploymen
 	get.URL.RawQuery = ""
 	resp, err := u.next.RoundTrip(get)
 	if err != nil {
-		return nil, false
+		return nil, 0
 	}
 	defer drain(resp)
 	if resp.StatusCode != http.StatusOK {
-		return nil, false
+		return nil, resp.StatusCode
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, false
+		return nil, 0
 	}
 	var d appsv1.Deployment
 	if json.Unmarshal(data, &d) != nil {
-		return nil, false
+		return nil, 0
 	}
-	return &d, true
+	return &d, http.StatusOK
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
 )
 
@@ -28,9 +29,10 @@ func podTemplate(image string) corev1.PodTemplateSpec {
 
 // The Deployment controller's create of a ReplicaSet for a pod template
 // its Deployment no longer has (decided from an older copy, such as the
-// one a reset just undid) is refused as a quiet retry and never reaches
-// the API; the one for the current template, or for a Deployment that
-// cannot be read, goes on.
+// one a reset just undid), or of a Deployment that cannot be read, is
+// refused as a quiet retry and never reaches the API; the one for the
+// current template, or for a Deployment that is gone, goes on, pinned to
+// the plane's reset revision.
 func TestReplicaSetOfAStaleTemplateRefused(t *testing.T) {
 	current := appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -38,13 +40,18 @@ func TestReplicaSetOfAStaleTemplateRefused(t *testing.T) {
 		Spec:       appsv1.DeploymentSpec{Template: podTemplate("nginx")},
 	}
 	var creates atomic.Int32
+	var pinned atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.Method == http.MethodGet && r.URL.Path == "/clusters/p1/control-plane/apis/apps/v1/namespaces/default/deployments/web":
 			_ = json.NewEncoder(w).Encode(current)
+		case r.Method == http.MethodGet && r.URL.Path == "/clusters/p1/control-plane/apis/apps/v1/namespaces/default/deployments/held":
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
 		case r.Method == http.MethodPost && r.URL.Path == "/clusters/p1/control-plane/apis/apps/v1/namespaces/default/replicasets":
 			creates.Add(1)
+			pinned.Store(r.Header.Get(lifecycle.ResetRevisionHeader))
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write([]byte(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"web-1","namespace":"default"}}`))
 		default:
@@ -53,7 +60,13 @@ func TestReplicaSetOfAStaleTemplateRefused(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil))
+	resets := func(plane string) uint64 {
+		if plane != "p1" {
+			t.Errorf("reset revision of plane %q read, want p1's", plane)
+		}
+		return 7
+	}
+	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL}), nil, resets))
 	create := func(owner, image string, uid types.UID) error {
 		template := podTemplate(image)
 		template.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = "h"
@@ -73,7 +86,8 @@ func TestReplicaSetOfAStaleTemplateRefused(t *testing.T) {
 		{"the current template", "web", "nginx", "d-1", false},
 		{"a template the Deployment no longer has", "web", "nginx:1.27", "d-1", true},
 		{"an earlier Deployment of the same name", "web", "nginx", "d-0", true},
-		{"a Deployment that cannot be read", "gone", "nginx:1.27", "d-9", false},
+		{"a Deployment that is gone", "gone", "nginx:1.27", "d-9", false},
+		{"a Deployment whose read is refused (its plane is being reset)", "held", "nginx", "d-5", true},
 	} {
 		before := creates.Load()
 		err := create(tc.owner, tc.image, tc.uid)
@@ -83,6 +97,8 @@ func TestReplicaSetOfAStaleTemplateRefused(t *testing.T) {
 			t.Errorf("%s: error %v, reached the API %v; want a quiet conflict only", tc.what, err, reached)
 		case !tc.refused && (err != nil || !reached):
 			t.Errorf("%s: error %#v, reached the API %v; want it created", tc.what, err, reached)
+		case reached && pinned.Load() != "7":
+			t.Errorf("%s: created with reset revision %q, want the plane's, 7, read before the Deployment", tc.what, pinned.Load())
 		}
 	}
 }
