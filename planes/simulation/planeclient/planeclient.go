@@ -14,7 +14,9 @@
 // deleted, or is gone, answers as a write to a terminating namespace (the
 // plane is part of the namespace the controllers see). An Event's create is
 // answered at once and written in the background, every plane in turn
-// (Events). JSON only: bodies are rewritten as JSON.
+// (Events). A ReplicaSet create for a pod template its Deployment no
+// longer has is refused, as a decision made on an older copy
+// (staleReplicaSet). JSON only: bodies are rewritten as JSON.
 package planeclient
 
 import (
