@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -86,6 +89,9 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 			}
 		}
 		phase, exists := m.Phase(plane)
+		if phase == Terminating {
+			phase, exists = m.awaitReleased(ctx, plane, phase, exists)
+		}
 		if req.URL.Path == ResetPath {
 			// Not counted in flight: the reset waits for the plane's other
 			// requests.
@@ -144,6 +150,43 @@ func (m *Manager) Filter(next http.Handler, serializer runtime.NegotiatedSeriali
 		}
 		next.ServeHTTP(w, req.WithContext(tracked))
 	})
+}
+
+// releaseWait bounds how long a request waits for the informer to report
+// a Plane this server has already released as gone.
+const releaseWait = 5 * time.Second
+
+// awaitReleased returns plane's phase once the Plane's deletion, if this
+// server has finished it (wiped and released), is known here too. The API
+// deletes the Plane when its finalizer is removed, and a client may read
+// it gone and use the id at once; until the Plane informer's deletion
+// event, the plane is still Terminating here, and the request would be
+// refused (409) where it should meet a new plane. A deletion still under
+// way, or done by another server, is answered as it stands.
+func (m *Manager) awaitReleased(ctx context.Context, plane string, phase Phase, exists bool) (Phase, bool) {
+	uid, released := m.released(plane)
+	if !released {
+		return phase, exists
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, releaseWait, true, func(context.Context) (bool, error) {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		s := m.state[plane]
+		return s == nil || s.uid != uid, nil
+	})
+	return m.Phase(plane)
+}
+
+// released returns the uid of plane's Plane when this server has wiped
+// the plane for its deletion.
+func (m *Manager) released(plane string) (types.UID, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.state[plane]
+	if s == nil || !s.terminating || s.wiped == "" || s.wiped != s.uid {
+		return "", false
+	}
+	return s.uid, true
 }
 
 // Refused reports whether err is this filter's answer for a plane that is

@@ -431,3 +431,39 @@ func TestPlaneDeletedAndMadeAgainAtOnce(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestPlaneIDUsedOnceItsPlaneIsGone: a client that has read a deleted
+// plane's Plane gone and uses the id at once meets a new, empty plane
+// (made by its first request), never the old plane's deletion (409).
+func TestPlaneIDUsedOnceItsPlaneIsGone(t *testing.T) {
+	t.Parallel()
+	s := shared
+	planesAPI := s.Dynamic(t, "root").Resource(planesGVR)
+	name := uniquePlane(t, "reuse")
+	c := s.Client(t, name)
+	for round := 1; round <= 20; round++ {
+		marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "round", Namespace: "default"}}
+		framework.Eventually(t, framework.DefaultTimeout, fmt.Sprintf("round %d: a ConfigMap written to the plane", round), func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("default").Create(ctx, marker, metav1.CreateOptions{})
+			return err
+		})
+		if err := planesAPI.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("round %d: deleting: %v", round, err)
+		}
+		framework.Eventually(t, framework.DefaultTimeout, "the Plane gone", func(ctx context.Context) error {
+			if _, err := planesAPI.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+		list, err := c.CoreV1().ConfigMaps("default").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("round %d: the id used once its Plane was gone: %v", round, err)
+		}
+		for _, cm := range list.Items {
+			if cm.Name == marker.Name {
+				t.Fatalf("round %d: the plane made again holds the deleted plane's ConfigMap", round)
+			}
+		}
+	}
+}
