@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,23 +81,9 @@ func (u *unfold) staleReplicaSet(plane string, req *http.Request, body []byte) *
 // (req, already sent to its plane) is in, and returns the answer's code
 // (0: no answer).
 func (u *unfold) deploymentOf(req *http.Request, name string) (*appsv1.Deployment, int) {
-	get := req.Clone(req.Context())
-	get.Method, get.Body, get.GetBody, get.ContentLength = http.MethodGet, http.NoBody, nil, 0
-	get.Header.Del("Content-Type")
-	get.Header.Del("Content-Length")
-	get.URL.Path = strings.TrimSuffix(req.URL.Path, "/replicasets") + "/deployments/" + name
-	get.URL.RawQuery = ""
-	resp, err := u.next.RoundTrip(get)
-	if err != nil {
-		return nil, 0
-	}
-	defer drain(resp)
-	if resp.StatusCode != http.StatusOK {
-		return nil, resp.StatusCode
-	}
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, 0
+	data, code := u.read(req, strings.TrimSuffix(req.URL.Path, "/replicasets")+"/deployments/"+name)
+	if code != http.StatusOK {
+		return nil, code
 	}
 	var d appsv1.Deployment
 	if json.Unmarshal(data, &d) != nil {

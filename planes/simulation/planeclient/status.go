@@ -134,24 +134,37 @@ func (u *unfold) reapplyStatus(req *http.Request, body []byte, conflict *http.Re
 
 // current reads the object of a status write.
 func (u *unfold) current(req *http.Request) (map[string]any, bool) {
+	data, code := u.read(req, "")
+	var obj map[string]any
+	if code != http.StatusOK || json.Unmarshal(data, &obj) != nil {
+		return nil, false
+	}
+	return obj, true
+}
+
+// read GETs path ("": req's own URL) in the plane req was sent to and
+// returns the answer's body and code (0: no answer).
+func (u *unfold) read(req *http.Request, path string) ([]byte, int) {
 	get := req.Clone(req.Context())
 	get.Method, get.Body, get.GetBody, get.ContentLength = http.MethodGet, http.NoBody, nil, 0
 	get.Header.Del("Content-Type")
 	get.Header.Del("Content-Length")
+	if path != "" {
+		get.URL.Path, get.URL.RawQuery = path, ""
+	}
 	resp, err := u.next.RoundTrip(get)
 	if err != nil {
-		return nil, false
+		return nil, 0
 	}
 	defer drain(resp)
 	if resp.StatusCode != http.StatusOK {
-		return nil, false
+		return nil, resp.StatusCode
 	}
-	var obj map[string]any
 	data, err := io.ReadAll(resp.Body)
-	if err != nil || json.Unmarshal(data, &obj) != nil {
-		return nil, false
+	if err != nil {
+		return nil, 0
 	}
-	return obj, true
+	return data, http.StatusOK
 }
 
 func drain(resp *http.Response) {
