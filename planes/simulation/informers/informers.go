@@ -224,7 +224,7 @@ func (i *Informers) InheritanceChanged(plane string) {
 	i.inheriting.Add(plane)
 }
 
-// settleTimeout bounds the wait for one informer to be handed a reset's
+// settleTimeout bounds the wait for the informers to be handed a reset's
 // deletions; past it the reset lets the plane's requests in regardless.
 const settleTimeout = 10 * time.Second
 
@@ -234,13 +234,15 @@ const settleTimeout = 10 * time.Second
 // stores an event a moment after it is handed over, which nothing tells;
 // that moment is left to chance.
 func (i *Informers) AwaitRevisions(ctx context.Context, upTo map[*planestorage.Store]int64) {
+	settle, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
 	for _, stage := range i.stages {
 		for _, is := range stage {
 			revision, ok := upTo[is.source.store]
 			if !ok || revision <= 0 || !is.informer.HasSynced() {
 				continue
 			}
-			err := wait.PollUntilContextTimeout(ctx, time.Millisecond, settleTimeout, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextCancel(settle, time.Millisecond, true, func(context.Context) (bool, error) {
 				return is.source.through.Load() >= uint64(revision), nil
 			})
 			if err != nil && ctx.Err() == nil {
