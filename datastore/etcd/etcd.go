@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -78,10 +80,29 @@ func (e *Etcd) Close() {
 }
 
 // Start starts the member and returns once it serves requests.
+//
+// The member's loopback ports are picked free and then bound by etcd: in
+// between, another process can take one (CI runs test packages side by
+// side). A start that fails on a taken port picks new ports, up to
+// portAttempts times; a configured peer port stays as configured.
 func Start(ctx context.Context, cfg Config) (*Etcd, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		e, err := start(ctx, cfg)
+		if err == nil || attempt == portAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+			return e, err
+		}
+		if err := os.Remove(filepath.Join(cfg.DataDir, "ports")); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("picking new ports for the embedded etcd: %w", err)
+		}
+	}
+}
+
+const portAttempts = 3
+
+func start(ctx context.Context, cfg Config) (*Etcd, error) {
 	ec, err := embedConfig(cfg)
 	if err != nil {
 		return nil, err

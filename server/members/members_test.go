@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,14 +56,19 @@ func startCluster(t *testing.T) cluster {
 	peerCert, peerKey := issue("etcd-peer", credentials.Leaf{CommonName: etcd.PeerCommonName, Server: true, Client: true, IPs: localhost})
 	servingCert, servingKey := issue("serving", credentials.Leaf{CommonName: "kplane", Server: true, IPs: localhost})
 
-	member, err := etcd.Start(context.Background(), etcd.Config{
-		DataDir: filepath.Join(dir, "etcd"),
-		TLS:     driver.TLS{CAFile: ca.CertFile, ServerCertFile: serverCert, ServerKeyFile: serverKey},
-		Member: &driver.Member{Name: "one", PeerHost: "127.0.0.1", PeerPort: freePort(t),
-			PeerCertFile: peerCert, PeerKeyFile: peerKey},
-	})
-	if err != nil {
-		t.Fatal(err)
+	// The peer port is the test's to pick, so a port taken between the
+	// pick and etcd's bind is the test's to pick again.
+	var member *etcd.Etcd
+	for attempt := 1; member == nil; attempt++ {
+		member, err = etcd.Start(context.Background(), etcd.Config{
+			DataDir: filepath.Join(dir, "etcd"),
+			TLS:     driver.TLS{CAFile: ca.CertFile, ServerCertFile: serverCert, ServerKeyFile: serverKey},
+			Member: &driver.Member{Name: "one", PeerHost: "127.0.0.1", PeerPort: freePort(t),
+				PeerCertFile: peerCert, PeerKeyFile: peerKey},
+		})
+		if err != nil && (attempt == 3 || !errors.Is(err, syscall.EADDRINUSE)) {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(member.Close)
 	client, err := driver.NewClient(member.Endpoints(), ca.CertFile, clientCert, clientKey)

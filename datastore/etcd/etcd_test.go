@@ -1,0 +1,54 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"kplane.dev/kplane/datastore/driver"
+	"kplane.dev/kplane/server/credentials"
+)
+
+// TestTakenPortIsAnAddressInUseError: Start tells a taken port apart from
+// other failures (its retry and its callers' depend on it), and a member
+// whose first start failed on a taken port starts once the port is free.
+func TestTakenPortIsAnAddressInUseError(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := credentials.EnsureCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string, leaf credentials.Leaf) (string, string) {
+		cert, key := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+		if err := ca.Ensure(cert, key, leaf); err != nil {
+			t.Fatal(err)
+		}
+		return cert, key
+	}
+	localhost := []net.IP{net.ParseIP("127.0.0.1")}
+	serverCert, serverKey := issue("etcd-server", credentials.Leaf{CommonName: "etcd", Server: true, IPs: localhost})
+	peerCert, peerKey := issue("etcd-peer", credentials.Leaf{CommonName: PeerCommonName, Server: true, Client: true, IPs: localhost})
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		DataDir: filepath.Join(dir, "etcd"),
+		TLS:     driver.TLS{CAFile: ca.CertFile, ServerCertFile: serverCert, ServerKeyFile: serverKey},
+		Member: &driver.Member{Name: "one", PeerHost: "127.0.0.1", PeerPort: taken.Addr().(*net.TCPAddr).Port,
+			PeerCertFile: peerCert, PeerKeyFile: peerKey},
+	}
+	if _, err := Start(context.Background(), cfg); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("starting on a taken peer port: %v, want an address-in-use error", err)
+	}
+	taken.Close()
+	member, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("starting once the port is free: %v", err)
+	}
+	member.Close()
+}
