@@ -140,11 +140,7 @@ func startJoined(binary, endpoint string, n int) ([]*server, error) {
 				return servers, err
 			}
 		}
-		port, err := freePort()
-		if err != nil {
-			return servers, err
-		}
-		s, err := startServerIn(binary, dir, port, args...)
+		s, err := startServerOnFreePort(binary, dir, args...)
 		if err != nil {
 			return servers, err
 		}

@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,19 +41,38 @@ func startServer(binary string, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return startServerIn(binary, dir, port, args...)
+	return startServerOnFreePort(binary, dir, args...)
 }
+
+// startServerOnFreePort starts kplane on dir and a port that was free a
+// moment before: another process (CI runs test packages side by side) can
+// take it before the server binds it, and then a new port is picked.
+func startServerOnFreePort(binary, dir string, args ...string) (*server, error) {
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err := startServerIn(binary, dir, port, args...)
+		if err == nil || attempt == 3 || !errors.Is(err, errPortTaken) {
+			return s, err
+		}
+	}
+}
+
+// errPortTaken is a server that exited at start because its port was
+// taken.
+var errPortTaken = errors.New("the port was taken")
 
 // startServerIn starts kplane on dir and port (a restart when dir holds a
 // server's data) and waits until it is ready.
 func startServerIn(binary, dir string, port int, args ...string) (*server, error) {
-	log, err := os.OpenFile(filepath.Join(dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logPath := filepath.Join(dir, "server.log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	logStart, err := log.Seek(0, io.SeekEnd)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +103,9 @@ func startServerIn(binary, dir string, port int, args ...string) (*server, error
 		}
 		if s.ca != nil && client == nil {
 			client = s.http()
+			// A poll that takes long is a port held by something that does
+			// not answer: the process is checked again in between.
+			client.Timeout = 2 * time.Second
 		}
 		if client != nil {
 			if resp, err := client.Get(s.url + "/readyz"); err == nil {
@@ -95,10 +117,32 @@ func startServerIn(binary, dir string, port int, args ...string) (*server, error
 				}
 			}
 		}
+		if exited(cmd.Process.Pid) {
+			err := exitedAtStart(logPath, logStart)
+			s.terminate() // reaps it; its data dir stays for a retry or a look
+			return nil, err
+		}
 		time.Sleep(readyPoll)
 	}
 	s.stop()
-	return nil, fmt.Errorf("kplane not ready; log in %s", log.Name())
+	return nil, fmt.Errorf("kplane not ready; log in %s", logPath)
+}
+
+// exitedAtStart is the error of a server that exited before it was
+// ready, with what it logged.
+func exitedAtStart(logPath string, from int64) error {
+	data, _ := os.ReadFile(logPath)
+	if from <= int64(len(data)) {
+		data = data[from:]
+	}
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	err := fmt.Errorf("kplane exited before it was ready (log in %s): %s", logPath, data)
+	if strings.Contains(string(data), "address already in use") {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
 }
 
 // readyPoll is how often a starting server's /readyz is asked.
