@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	restclient "k8s.io/client-go/rest"
 
@@ -145,10 +146,15 @@ func isEventWrite(req *http.Request) bool {
 // it at once; a transport error (loopback's refusal) had it retried
 // twelve times, ten seconds apart, each an error line in the server's log.
 func planelessEvent(req *http.Request) *http.Response {
-	status := apierrors.NewBadRequest("the event names no plane (its object has no namespace); dropped").Status()
+	return statusResponse(req, apierrors.NewBadRequest("the event names no plane (its object has no namespace); dropped").Status())
+}
+
+// statusResponse is a refusal of req made here, not by the API, in the
+// form the API gives its own.
+func statusResponse(req *http.Request, status metav1.Status) *http.Response {
 	status.APIVersion, status.Kind = "v1", "Status"
-	body, _ := json.Marshal(status)
-	return jsonResponse(req, http.StatusBadRequest, body)
+	body, _ := json.Marshal(status) // a Status has nothing that fails to encode
+	return jsonResponse(req, int(status.Code), body)
 }
 
 // jsonResponse is an answer to req made here, not by the API.

@@ -66,15 +66,10 @@ func (u *unfold) staleReplicaSet(plane string, req *http.Request, body []byte) *
 		return nil
 	}
 	status := apierrors.NewConflict(schema.GroupResource{Group: appsv1.GroupName, Resource: "replicasets"}, rs.Name, errors.New(why)).Status()
-	status.APIVersion, status.Kind = "v1", "Status"
 	status.Details.Causes = append(status.Details.Causes, metav1.StatusCause{
 		Type: corev1.NamespaceTerminatingCause, Message: "a stale decision: retried once the controller's copy is current",
 	})
-	encoded, err := json.Marshal(status)
-	if err != nil {
-		return nil
-	}
-	return jsonResponse(req, http.StatusConflict, encoded)
+	return statusResponse(req, status)
 }
 
 // deploymentOf reads Deployment name of the namespace a ReplicaSet create
