@@ -113,7 +113,7 @@ func auditScenario(binary string, p auditParams) (Result, error) {
 			fmt.Sprintf("off: a server with --audit-buffer-events=0 (no audit filter at all); metadata, requestresponse: planes of a second server at those levels. "+
 				"Each round runs %d requests of each verb from %d clients against each configuration in turn; figures are the median of %d rounds.", p.Ops, p.Workers, p.Rounds),
 			"overhead_pct: throughput lost against off (negative: faster, i.e. noise). GET reads one of 10 configmaps, LIST lists them, CREATE writes a new one (with its body recorded at RequestResponse).",
-			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after a forced GC) after minus before, per plane, minus the same for planes audited at None (same_requests_unaudited: PATCHes also grow the watch cache); lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each; heap_1000_planes: heap_per_plane times 1,000.",
+			"full_trail_*: FullPlanes planes each make bufferEvents GETs (metadata) or PATCHes of their seeded configmaps (requestresponse, bodies recorded); heap_per_plane: heap in use (after two forced GCs) after minus before, per plane, minus the same for planes audited at None (same_requests_unaudited: PATCHes also grow the watch cache); lines_per_plane: the bytes of the lines GET /audit serves plus a 56-byte ring entry each; heap_1000_planes: heap_per_plane times 1,000.",
 		},
 	}, nil
 }

@@ -125,7 +125,7 @@ func baseline(p baselineParams) (Result, error) {
 			"datastore": "one etcd, a prefix per instance", "authorization": "RBAC"},
 		Figures: figures,
 		Notes: []string{
-			"Each kube-apiserver is started alone and timed from exec to /readyz ok; memory is read once all run, after a forced GC (/debug/pprof/heap?gc=1), as for kplane.",
+			"Each kube-apiserver is started alone and timed from exec to /readyz ok; memory is read once all run, after two forced GCs (/debug/pprof/heap?gc=1, twice), as for kplane.",
 			"mib_per_plane = kube-apiserver RSS + etcd RSS / instances (etcd counted in full, shared evenly; an etcd per instance would cost more).",
 		},
 	}, nil

@@ -79,7 +79,7 @@ func densityCurve(binary string, p curveParams) (Result, error) {
 			"datastore": datastoreName(p.Datastore), "bootstrap": p.Bootstrap},
 		Figures: figures,
 		Notes: []string{
-			"Memory is read after a forced GC; marginal = (at the last step - at the first) / planes added; rss_mib_per_plane_total includes the server's fixed cost.",
+			"Memory is read after two forced GCs; marginal = (at the last step - at the first) / planes added; rss_mib_per_plane_total includes the server's fixed cost.",
 			fmt.Sprintf("create->ready: first request to a new plane (which bootstraps it) until it answers, %d concurrent clients.", p.Workers),
 		},
 	}, nil

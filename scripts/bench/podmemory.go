@@ -51,7 +51,7 @@ func podMemoryScenario(binary string, p podMemoryParams) (Result, error) {
 		Notes: []string{
 			"off_heap_kib_per_pod: heap in use per Pod with --simulation=false (the Pod stored and in the watch cache, Pending); on_heap_kib_per_pod: the same Pods Running on simulated nodes.",
 			"simulation_heap_kib_per_pod = on - off: what the simulation keeps per Pod (its informers' copies, scheduler and kubelet state) plus the Running Pod's larger status (running_pod_json_growth_bytes of JSON more than the Pending one).",
-			"*_marked_heap_kib_per_pod: the same from the heap the last forced collection found live (go_gc_heap_live_bytes): without the spans freed objects leave in use nor what the server allocated after the collection, so it moves less from run to run.",
+			"*_marked_heap_kib_per_pod: the same from the heap the last of two forced collections found live (go_gc_heap_live_bytes): without the spans freed objects leave in use nor what the server allocated after the collection, so it moves less from run to run.",
 			"The plane's nodes come with its first Pod, before the first reading: they are not in the per-Pod figures.",
 			"With --old-binary, old_* are the earlier binary's figures, the two binaries taking turns for --rounds rounds (medians; _min, _max: the extremes).",
 		},

@@ -99,7 +99,7 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
 			"layered_fleet_writes: updates of the Fleet (its status) the watch saw until every member was Ready.",
 			"layered_fleet_simulation_change_*: the Fleet's spec.simulation set after its members are ready, until every member's Plane holds it (watched); revisions from the patch to the last member's, per member.",
-			"marginal_heap_kib_per_member: the Go heap allocated 3 s after a forced garbage collection, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
+			"marginal_heap_kib_per_member: the Go heap allocated 3 s after two forced garbage collections, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
 			"The template holds `objects` objects of ten kinds: namespace shop, a CRD and 100 of its custom resources, and ConfigMaps, Secrets, ServiceAccounts, Roles, RoleBindings, Services (without selector) and NetworkPolicies in shop.",
 		},

@@ -369,8 +369,22 @@ func memoryGiB() int {
 	return 0
 }
 
-// collectGarbage forces a GC in the server (needs --enable-profiling).
+// collectGarbage forces two garbage collections in the server (needs
+// --enable-profiling). One is not enough to read what stays live: it moves
+// sync.Pools' contents to their victim caches and queues finalizers, and
+// both stay reachable until the next collection. With one, a Fleet of
+// 1,000 members measured 24.3 KiB per member in one run of six and
+// 15.0-16.1 in the others; with two, 14.4-15.4 in all six.
 func (s *server) collectGarbage() error {
+	for range 2 {
+		if err := s.collectGarbageOnce(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *server) collectGarbageOnce() error {
 	req, _ := http.NewRequest("GET", s.url+"/debug/pprof/heap?gc=1", nil)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := s.http().Do(req)

@@ -134,7 +134,7 @@ func streamsScenario(binary string, p streamsParams) (Result, error) {
 	}
 	notes := []string{
 		"every stream covers every resource of the plane, from a snapshot's resourceVersion, one HTTP/1.1 connection each (TLS on loopback)",
-		"RSS and goroutines are read after a forced GC once the goroutine count has settled",
+		"RSS and goroutines are read after two forced GCs once the goroutine count has settled",
 		"initial_first_line_ms: one more stream, without resourceVersion or timeoutSeconds, opened while the others are: until its first line (the state) arrives",
 		"goal for 200 streams: RSS +40 MiB at most, goroutines +2,000 at most",
 	}
