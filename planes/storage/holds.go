@@ -30,3 +30,14 @@ func (r *Registry) MayHold(plane string, resource schema.GroupResource) bool {
 	}
 	return false
 }
+
+// MayHoldOwn reports whether plane's own layer may hold records of the
+// resource s stores, tombstones included: false only when the counts,
+// caught up with s's watch cache, know it holds none (Counts.Holds). A
+// Fleet's new members hold nothing of their own, and the simulation's
+// informers listing each member's own layer of every resource they follow
+// took 8 % of the server's CPU while 1,000 members were made.
+func (r *Registry) MayHoldOwn(plane string, s *Store) bool {
+	c := r.counts.Load()
+	return c == nil || c.Holds(s, plane)
+}

@@ -81,7 +81,7 @@ func New(registry *planestorage.Registry, off func(plane string) bool, templates
 		var inf cache.SharedIndexInformer
 		var src *source
 		inf, src, err = newInformer(registry, gr, k, func(store *planestorage.Store) *source {
-			return newSource(store, k, off, templates)
+			return newSource(store, k, off, templates).withOwnRecordsKnown(registry.MayHoldOwn)
 		})
 		if err != nil {
 			return nil

@@ -154,6 +154,9 @@ func (s *source) inheritedAtList(items []runtime.Object) map[string][]runtime.Ob
 // ownRecords reads plane's own records of the resource from the watch
 // cache.
 func (s *source) ownRecords(ctx context.Context, plane string) (records, error) {
+	if s.mayHoldOwn != nil && !s.mayHoldOwn(plane, s.store) {
+		return records{}, nil
+	}
 	list := s.store.NewList()
 	if err := s.store.GetList(planestorage.WithOwnLayer(planes.WithPlane(ctx, plane)), s.store.ResourcePrefix(),
 		storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, list); err != nil {

@@ -83,3 +83,19 @@ func TestViewRefusesEndlessChains(t *testing.T) {
 		t.Fatal("a cycle of templates gave a view")
 	}
 }
+
+// TestOwnRecordsNotListedWhereNoneAreHeld: a plane the counts know holds no
+// record of the resource (a Fleet's new member) is not listed at all;
+// the store, nil here, would be.
+func TestOwnRecordsNotListedWhereNoneAreHeld(t *testing.T) {
+	var asked []string
+	s := newSource(nil, pods, nil, chain{"member": "scenario"}).withOwnRecordsKnown(
+		func(plane string, _ *planestorage.Store) bool { asked = append(asked, plane); return false })
+	own, err := s.ownRecords(t.Context(), "member")
+	if err != nil || len(own) != 0 {
+		t.Fatalf("own records of a plane that holds none: %v, %v", own, err)
+	}
+	if len(asked) != 1 || asked[0] != "member" {
+		t.Fatalf("asked about %v, want [member]", asked)
+	}
+}

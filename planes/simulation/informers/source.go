@@ -57,6 +57,9 @@ type source struct {
 	off func(plane string) bool
 	// templates is nil when no plane is made from a template.
 	templates Templates
+	// mayHoldOwn (nil: always) reports whether a plane's own layer may
+	// hold records of the resource.
+	mayHoldOwn func(plane string, store *planestorage.Store) bool
 	// plane, when set, scopes the source to one plane: what the plane
 	// serves, its inherited objects included by the storage itself.
 	plane string
@@ -105,6 +108,13 @@ type held struct {
 
 func newSource(store *planestorage.Store, k kind, off func(string) bool, templates Templates) *source {
 	return &source{store: store, kind: k, off: off, templates: templates, signal: make(chan struct{}, 1)}
+}
+
+// withOwnRecordsKnown makes the source skip listing a plane's own layer
+// where mayHold (Registry.MayHoldOwn) knows it holds no record.
+func (s *source) withOwnRecordsKnown(mayHold func(plane string, store *planestorage.Store) bool) *source {
+	s.mayHoldOwn = mayHold
+	return s
 }
 
 // wanted reports whether the controllers are to see a converted object of
