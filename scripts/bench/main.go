@@ -145,7 +145,7 @@ func parseFlags() *benchFlags {
 	f.profilesIdle = flag.Duration("profiles-idle", 150*time.Second, "how long after /readyz the profiles scenario reads the empty server's memory a second time, as it stays idle (past Go's forced GC two minutes after ready, which pages in type data)")
 	f.auditOps = flag.Int("audit-ops", 1000, "requests of each verb per configuration and round in the audit scenario")
 	f.auditRounds = flag.Int("audit-rounds", 5, "interleaved rounds of the audit scenario (the median counts)")
-	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory and restart in which the two binaries take turns going first; of profiles, with or without it, rounds in which every server is measured once; each figure is the median of its rounds")
+	f.rounds = flag.Int("rounds", 1, "with --old-binary, rounds of plain-planes (base planes), workloads (rollout), pod-memory, restart and scenarios (its Fleet alone) in which the two binaries take turns going first; of profiles, with or without it, rounds in which every server is measured once; each figure is the median of its rounds")
 	f.noisyWriters = flag.Int("noisy-writers", 64, "plane A's concurrent create loops in the noisy-neighbor scenario")
 	f.noisyListers = flag.Int("noisy-listers", 64, "plane A's concurrent LIST loops in the noisy-neighbor scenario")
 	f.noisyOps = flag.Int("noisy-ops", 300, "GETs and LISTs plane B makes alone and under the flood in the noisy-neighbor scenario")
@@ -200,7 +200,7 @@ func runScenario(scenario, bin string, f *benchFlags) ([]Result, error) {
 		res, err = containerScenario(bin, containerParams{Planes: *f.containerPlanes, OldBinary: *f.oldBinary})
 	case "scenarios":
 		res, err = scenariosScenario(bin, scenariosParams{Objects: *f.scenarioObjects, Members: *f.scenarioMembers,
-			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary, ProfileDir: *f.profileDir})
+			CopyMembers: 10, Changes: 20, Resets: 50, Old: *f.oldBinary, Rounds: *f.rounds, ProfileDir: *f.profileDir})
 	case "workloads":
 		res, err = workloadsScenario(bin, workloadsParams{Planes: *f.planes, Workers: *f.workers, Bootstrap: *f.bootstrap, ProfileDir: *f.profileDir, Old: *f.oldBinary, Rounds: *f.rounds})
 	case "member-workloads":

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,8 +36,10 @@ type scenariosParams struct {
 	CopyMembers int
 	// Changes a member makes before each of Resets resets.
 	Changes, Resets int
-	// Old is an earlier binary whose resets are measured the same way.
-	Old string
+	// Old is an earlier binary whose resets and Fleet are measured the
+	// same way, Rounds times each in turns.
+	Old    string
+	Rounds int
 	// ProfileDir, when set, receives a CPU profile of the server while
 	// the Fleet's members are made.
 	ProfileDir string
@@ -88,6 +91,17 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		if err := resetsAlone(p.Old, "old_", p, figures); err != nil {
 			return Result{}, fmt.Errorf("the old binary's resets: %w", err)
 		}
+		current, old, err := alternate(p.Rounds, func(isOld bool) (map[string]float64, error) {
+			if isOld {
+				return membersAlone(p.Old, p)
+			}
+			return membersAlone(binary, p)
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("the Fleets side by side: %w", err)
+		}
+		addPrefixed(figures, "", current)
+		addPrefixed(figures, "old_", old)
 	}
 	return Result{
 		Scenario: "scenarios",
@@ -97,9 +111,11 @@ func scenariosScenario(binary string, p scenariosParams) (Result, error) {
 		Notes: []string{
 			"layered_*: a Fleet whose members have spec.template; copy_*: plain planes each given the template's objects by the API (today's way to start from a scenario).",
 			"revisions_per_member: datastore revisions (one per record written) while members were made, divided by members; Fleet status writes included.",
+			"layered_fleet_server_cpu_ms_per_member: user and system CPU of the server from the Fleet's create until every member is Ready, per member (the CPU profile, with --profile-dir, counts in it).",
 			"layered_fleet_writes: updates of the Fleet (its status) the watch saw until every member was Ready.",
 			"layered_fleet_simulation_change_*: the Fleet's spec.simulation set after its members are ready, until every member's Plane holds it (watched); revisions from the patch to the last member's, per member.",
 			"marginal_heap_kib_per_member: the Go heap allocated 3 s after two forced garbage collections, before and after the members, divided by members (it includes what the server allocated in those 3 s); marginal_marked_heap_kib_per_member: the heap the last collection marked live (go_gc_heap_live_bytes), without that garbage.",
+			"members_alone_* and old_members_alone_* (with --old-binary): the layered Fleet again, each binary on a server of its own holding the template and the Fleet only, the two taking turns over --rounds rounds; each figure the median of its rounds.",
 			"reset_*: POST /reset after the member changed `changes` ConfigMaps; copy_reset_*: delete the plane, create it again and re-apply the template's objects; reset_alone_* and old_reset_alone_* (with --old-binary): the same resets on a server of their own that holds the template and that one member only.",
 			"The template holds `objects` objects of ten kinds: namespace shop, a CRD and 100 of its custom resources, and ConfigMaps, Secrets, ServiceAccounts, Roles, RoleBindings, Services (without selector) and NetworkPolicies in shop.",
 		},
@@ -179,6 +195,35 @@ func fillScenario(ctx context.Context, s *server, plane string, objects int) err
 }
 
 // createScenarioObject creates the i-th built-in object of the template;
+// membersAlone measures the Fleet of template members on a server of its
+// own that holds the template and the Fleet only, as layeredMembers does.
+func membersAlone(binary string, p scenariosParams) (map[string]float64, error) {
+	s, err := startServer(binary)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := dynamic.NewForConfig(s.config("root"))
+	if err != nil {
+		return nil, err
+	}
+	if err := scenarioTemplate(ctx, s, root, p.Objects); err != nil {
+		return nil, err
+	}
+	layered := map[string]float64{}
+	p.ProfileDir = ""
+	if err := layeredMembers(ctx, s, root, p, layered); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, value := range layered {
+		out["members_alone_"+strings.TrimPrefix(name, "layered_")] = value
+	}
+	return out, nil
+}
+
 // changeConfigMaps knows which are ConfigMaps.
 func createScenarioObject(ctx context.Context, c kubernetes.Interface, i int) error {
 	meta := metav1.ObjectMeta{Name: fmt.Sprintf("o-%d", i), Namespace: "shop", Labels: map[string]string{"i": strconv.Itoa(i % 7)}}
@@ -285,6 +330,10 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 			cpuProfile <- s.cpuProfile(filepath.Join(p.ProfileDir, "scenarios-fleet-cpu.pprof"), 3*time.Second)
 		}()
 	}
+	cpuBefore, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	began := time.Now()
 	created, err := root.Resource(fleetsGVR).Create(ctx, fleet, metav1.CreateOptions{})
 	if err != nil {
@@ -297,6 +346,11 @@ func layeredMembers(ctx context.Context, s *server, root dynamic.Interface, p sc
 		return fmt.Errorf("fleet of template members: %w", err)
 	}
 	figures["layered_fleet_ready_seconds"] = time.Since(began).Seconds()
+	cpuAfter, err := s.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	figures["layered_fleet_server_cpu_ms_per_member"] = (cpuAfter - cpuBefore) * 1000 / float64(p.Members)
 	figures["layered_fleet_writes"] = float64(progress.writes)
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
