@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/loopback"
 )
 
@@ -27,6 +29,8 @@ type eventServer struct {
 	release chan struct{}
 	mu      sync.Mutex
 	written []string // "<plane>/<event name>"
+	// pinned are the reset revisions the Events were sent with, in order.
+	pinned []string
 }
 
 func (s *eventServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,6 +41,7 @@ func (s *eventServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	plane := strings.Split(strings.TrimPrefix(r.URL.Path, "/clusters/"), "/")[0]
 	s.mu.Lock()
 	s.written = append(s.written, plane+"/"+ev.Name)
+	s.pinned = append(s.pinned, r.Header.Get(lifecycle.ResetRevisionHeader))
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -132,6 +137,55 @@ func TestEventCreates(t *testing.T) {
 		r, _ := http.NewRequest(method, "https://x"+path, nil)
 		if got := isEventCreate(r); got != want {
 			t.Errorf("isEventCreate(%s) = %v, want %v", req, got, want)
+		}
+	}
+}
+
+// An Event waiting to be written when its plane is reset carries the
+// plane's reset revision from when it was made: the API refuses it after
+// the reset (lifecycle.ResetRevisionHeader) instead of adding the story
+// of objects the reset took away to the plane it returned.
+func TestQueuedEventsCarryTheResetRevisionTheyWereMadeAt(t *testing.T) {
+	api := &eventServer{release: make(chan struct{})}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	var once sync.Once
+	release := func() { once.Do(func() { close(api.release) }) }
+	defer release()
+	events := NewEvents()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go events.Run(ctx, 1)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return events.running.Load(), nil
+	}); err != nil {
+		t.Fatal("the writer never ran")
+	}
+	var revision atomic.Uint64
+	revision.Store(7)
+	resets := func(plane string) uint64 { return revision.Load() }
+	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL, QPS: -1}), events, resets))
+	ns := "p|default"
+	for _, name := range []string{"before", "queued"} {
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web"}, Reason: "Scheduled"}
+		if _, err := client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The plane is reset while both wait to be written.
+	revision.Store(9)
+	release()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(api.writes()) == 2, nil
+	}); err != nil {
+		t.Fatalf("events written: %v", api.writes())
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	for i, pinned := range api.pinned {
+		if pinned != "7" {
+			t.Errorf("event %s sent with reset revision %q, want the one it was made at, 7", api.written[i], pinned)
 		}
 	}
 }

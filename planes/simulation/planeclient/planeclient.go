@@ -14,7 +14,9 @@
 // deleted, or is gone, answers as a write to a terminating namespace (the
 // plane is part of the namespace the controllers see). An Event's create is
 // answered at once and written in the background, every plane in turn
-// (Events). A ReplicaSet create for a pod template its Deployment no
+// (Events), pinned to the plane's reset revision at its create: one still
+// waiting when the plane is reset is refused, not written into the plane
+// the reset returned. A ReplicaSet create for a pod template its Deployment no
 // longer has is refused, as a decision made on an older copy
 // (staleReplicaSet). JSON only: bodies are rewritten as JSON.
 package planeclient
@@ -35,6 +37,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 
 	"kplane.dev/kplane/planes"
+	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/simulation/planens"
 )
 
@@ -87,6 +90,9 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		setBody(out, body)
 		if u.events != nil && isEventCreate(out) {
+			// Written later, perhaps after a reset that made the Event's
+			// story untrue: the reset refuses it then.
+			u.pinToReset(plane, out)
 			if resp, taken := u.events.take(plane, out, body, original, u.next); taken {
 				return resp, nil
 			}
@@ -122,6 +128,14 @@ func (u *unfold) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.ContentLength = int64(len(folded))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(folded)))
 	return resp, nil
+}
+
+// pinToReset makes req carry plane's reset revision now: once the plane
+// is reset, the API refuses it (lifecycle.ResetRevisionHeader).
+func (u *unfold) pinToReset(plane string, req *http.Request) {
+	if u.resets != nil {
+		req.Header.Set(lifecycle.ResetRevisionHeader, strconv.FormatUint(u.resets(plane), 10))
+	}
 }
 
 // isEventWrite reports whether req writes an Event (core or events.k8s.io).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	deploymentutil "k8s.io/kubernetes/pkg/controller/deployment/util"
-
-	"kplane.dev/kplane/planes/lifecycle"
 )
 
 // staleReplicaSet answers the Deployment controller's create of a
@@ -48,9 +45,7 @@ func (u *unfold) staleReplicaSet(plane string, req *http.Request, body []byte) *
 	if owner == nil || owner.Kind != "Deployment" || !strings.HasPrefix(owner.APIVersion, appsv1.GroupName+"/") {
 		return nil
 	}
-	if u.resets != nil {
-		req.Header.Set(lifecycle.ResetRevisionHeader, strconv.FormatUint(u.resets(plane), 10))
-	}
+	u.pinToReset(plane, req)
 	d, code := u.deploymentOf(req, owner.Name)
 	var why string
 	switch {
