@@ -54,26 +54,34 @@ func (s *eventServer) writes() []string {
 	return append([]string(nil), s.written...)
 }
 
-// A plane that floods Events while the API is slow loses only its own
-// newest ones; another plane's Events are written, soon after, and each
-// plane's in the order they were made. Every create answers at once.
-func TestEventsOfAQuietPlaneOutliveAFlood(t *testing.T) {
+// startEventWriter runs an Events writer whose API, an eventServer,
+// answers nothing until release is called (at the latest when the test
+// ends, before the server is closed: Close waits for the requests it
+// holds).
+func startEventWriter(t *testing.T) (*eventServer, *httptest.Server, func(), *Events) {
+	t.Helper()
 	api := &eventServer{release: make(chan struct{})}
 	srv := httptest.NewServer(api)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	var once sync.Once
 	release := func() { once.Do(func() { close(api.release) }) }
-	// Before Close, which waits for the requests the server holds.
-	defer release()
+	t.Cleanup(release)
 	events := NewEvents()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go events.Run(ctx, 1)
-	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	go events.Run(t.Context(), 1)
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return events.running.Load(), nil
 	}); err != nil {
 		t.Fatal("the writer never ran")
 	}
+	return api, srv, release, events
+}
+
+// A plane that floods Events while the API is slow loses only its own
+// newest ones; another plane's Events are written, soon after, and each
+// plane's in the order they were made. Every create answers at once.
+func TestEventsOfAQuietPlaneOutliveAFlood(t *testing.T) {
+	ctx := t.Context()
+	api, srv, release, events := startEventWriter(t)
 	// No client-side rate limit: the creates come as fast as they can.
 	client := kubernetes.NewForConfigOrDie(Config(loopback.Routed(&rest.Config{Host: srv.URL, QPS: -1}), events, nil))
 	create := func(plane string, i int) {
@@ -146,21 +154,8 @@ func TestEventCreates(t *testing.T) {
 // the reset (lifecycle.ResetRevisionHeader) instead of adding the story
 // of objects the reset took away to the plane it returned.
 func TestQueuedEventsCarryTheResetRevisionTheyWereMadeAt(t *testing.T) {
-	api := &eventServer{release: make(chan struct{})}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	var once sync.Once
-	release := func() { once.Do(func() { close(api.release) }) }
-	defer release()
-	events := NewEvents()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go events.Run(ctx, 1)
-	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return events.running.Load(), nil
-	}); err != nil {
-		t.Fatal("the writer never ran")
-	}
+	ctx := t.Context()
+	api, srv, release, events := startEventWriter(t)
 	var revision atomic.Uint64
 	revision.Store(7)
 	resets := func(plane string) uint64 { return revision.Load() }
