@@ -196,14 +196,30 @@ func freePort() (int, error) {
 
 // startEtcd starts a one-member etcd on loopback with its data in dir.
 func startEtcd(binary, dir string) (*exec.Cmd, string, error) {
-	clientPort, err := freePort()
-	if err != nil {
-		return nil, "", err
+	type started struct {
+		cmd *exec.Cmd
+		url string
 	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
+	e, err := onFreePorts(func() (started, error) {
+		// A member that failed to bind may have begun its data.
+		if err := os.RemoveAll(dir); err != nil {
+			return started{}, err
+		}
+		clientPort, err := freePort()
+		if err != nil {
+			return started{}, err
+		}
+		peerPort, err := freePort()
+		if err != nil {
+			return started{}, err
+		}
+		cmd, url, err := startEtcdOn(binary, dir, clientPort, peerPort)
+		return started{cmd, url}, err
+	})
+	return e.cmd, e.url, err
+}
+
+func startEtcdOn(binary, dir string, clientPort, peerPort int) (*exec.Cmd, string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
@@ -223,14 +239,22 @@ func startEtcd(binary, dir string) (*exec.Cmd, string, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
+	// A poll that takes long is a port held by something that does not
+	// answer: the process is checked again in between.
+	poll := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(client + "/health"); err == nil {
+		if resp, err := poll.Get(client + "/health"); err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if strings.Contains(string(body), `"health":"true"`) {
 				return cmd, client, nil
 			}
+		}
+		if exited(cmd.Process.Pid) {
+			stopProcess(cmd)
+			logged, _ := os.ReadFile(log.Name())
+			return nil, "", exitedAtStart(fmt.Sprintf("etcd (log in %s)", log.Name()), string(logged))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -242,6 +266,10 @@ func startEtcd(binary, dir string) (*exec.Cmd, string, error) {
 // its own prefix in etcd, a serving certificate, a service account key
 // and an admin token, and waits until /readyz answers ok.
 func startKubeAPIServer(binary, etcdURL, dir string, i int) (*server, error) {
+	return onFreePorts(func() (*server, error) { return startKubeAPIServerOnce(binary, etcdURL, dir, i) })
+}
+
+func startKubeAPIServerOnce(binary, etcdURL, dir string, i int) (*server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -300,7 +328,9 @@ func startKubeAPIServer(binary, etcdURL, dir string, i int) (*server, error) {
 			return s, nil
 		}
 		if exited(cmd.Process.Pid) {
-			break
+			stopProcess(cmd)
+			logged, _ := os.ReadFile(log.Name())
+			return nil, exitedAtStart(fmt.Sprintf("kube-apiserver %d", i), string(logged))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

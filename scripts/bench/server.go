@@ -45,24 +45,44 @@ func startServer(binary string, args ...string) (*server, error) {
 }
 
 // startServerOnFreePort starts kplane on dir and a port that was free a
-// moment before: another process (CI runs test packages side by side) can
-// take it before the server binds it, and then a new port is picked.
+// moment before (onFreePorts).
 func startServerOnFreePort(binary, dir string, args ...string) (*server, error) {
-	for attempt := 1; ; attempt++ {
+	return onFreePorts(func() (*server, error) {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s, err := startServerIn(binary, dir, port, args...)
+		return startServerIn(binary, dir, port, args...)
+	})
+}
+
+// onFreePorts calls start, which starts a process on ports picked free a
+// moment before, until it does not fail on a taken port, three times at
+// most: another process (CI runs test packages side by side) can take a
+// port between the pick and the process's bind.
+func onFreePorts[T any](start func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := start()
 		if err == nil || attempt == 3 || !errors.Is(err, errPortTaken) {
-			return s, err
+			return v, err
 		}
 	}
 }
 
-// errPortTaken is a server that exited at start because its port was
+// errPortTaken is a process that exited at start because its port was
 // taken.
 var errPortTaken = errors.New("the port was taken")
+
+// exitedAtStart is the error of a process (what) that exited before it
+// was ready, with the end of what it logged (errPortTaken when it could
+// not bind its port).
+func exitedAtStart(what, logged string) error {
+	err := fmt.Errorf("%s exited before it was ready: %s", what, tail(logged, 2000))
+	if strings.Contains(logged, "address already in use") {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
 
 // startServerIn starts kplane on dir and port (a restart when dir holds a
 // server's data) and waits until it is ready.
@@ -118,31 +138,14 @@ func startServerIn(binary, dir string, port int, args ...string) (*server, error
 			}
 		}
 		if exited(cmd.Process.Pid) {
-			err := exitedAtStart(logPath, logStart)
 			s.terminate() // reaps it; its data dir stays for a retry or a look
-			return nil, err
+			logged, _ := os.ReadFile(logPath)
+			return nil, exitedAtStart(fmt.Sprintf("kplane (log in %s)", logPath), string(logged[min(logStart, int64(len(logged))):]))
 		}
 		time.Sleep(readyPoll)
 	}
 	s.stop()
 	return nil, fmt.Errorf("kplane not ready; log in %s", logPath)
-}
-
-// exitedAtStart is the error of a server that exited before it was
-// ready, with what it logged.
-func exitedAtStart(logPath string, from int64) error {
-	data, _ := os.ReadFile(logPath)
-	if from <= int64(len(data)) {
-		data = data[from:]
-	}
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	err := fmt.Errorf("kplane exited before it was ready (log in %s): %s", logPath, data)
-	if strings.Contains(string(data), "address already in use") {
-		return fmt.Errorf("%w: %w", errPortTaken, err)
-	}
-	return err
 }
 
 // readyPoll is how often a starting server's /readyz is asked.
