@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"strconv"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
@@ -98,7 +99,25 @@ func (s *sink) Error(err error, msg string, kv ...any) {
 	if err != nil {
 		entry = entry.WithField(logrus.ErrorKey, err.Error())
 	}
+	if retriedWhenCaughtUp(err) {
+		entry.Debug(msg)
+		return
+	}
 	entry.Error(msg)
+}
+
+// consistencyErrorText is what upstream's ConsistencyError says
+// (k8s.io/kubernetes/pkg/controller/util/consistency): a controller's
+// informer has not yet seen the controller's own last write.
+const consistencyErrorText = "is not as new as written version"
+
+// retriedWhenCaughtUp reports a sync that upstream's ReplicaSet controller
+// gave up because its informer lags its own write: it requeues the sync
+// and counts it (replicaset_controller_requeue_skips), yet logs it as an
+// unhandled error, hundreds a minute while planes are reset under load.
+// The controller wraps the error as text, so the text is what is matched.
+func retriedWhenCaughtUp(err error) bool {
+	return err != nil && strings.Contains(err.Error(), consistencyErrorText)
 }
 
 func (s *sink) WithValues(kv ...any) logr.LogSink {

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/util/consistency"
 )
 
 func newTestLogger(format string) (*logrus.Logger, *bytes.Buffer) {
@@ -93,5 +96,30 @@ func TestGRPCLogger(t *testing.T) {
 	g.Warning("transport is closing")
 	if out := buf.String(); !strings.Contains(out, "channel 2 created") || !strings.Contains(out, `"level":"debug"`) {
 		t.Fatalf("at debug and -v 5, want the information and the warning; got:\n%s", out)
+	}
+}
+
+// A ReplicaSet sync given up because the controller's informer lags its
+// own write is requeued by the controller: debug, not an error.
+func TestConsistencyRequeuesAreDebug(t *testing.T) {
+	l, buf := newTestLogger("json")
+	l.SetLevel(logrus.InfoLevel)
+	log := logr.New(&sink{logger: l}).WithName("UnhandledError")
+	behind := &consistency.ConsistencyError{ReadRV: "5", WroteRV: "7",
+		GroupResource: schema.GroupResource{Group: "apps", Resource: "replicasets"}}
+	// As the ReplicaSet controller's processNextWorkItem wraps it.
+	log.Error(fmt.Errorf("sync %q failed with %v", "p|default/web-1", behind), "Unhandled Error")
+	if out := buf.String(); out != "" {
+		t.Fatalf("at info, a requeued sync was logged:\n%s", out)
+	}
+	log.Error(errors.New("sync \"p|default/web-1\" failed with boom"), "Unhandled Error")
+	if out := buf.String(); !strings.Contains(out, `"level":"error"`) {
+		t.Fatalf("another sync error was not logged as an error:\n%s", out)
+	}
+	l.SetLevel(logrus.DebugLevel)
+	buf.Reset()
+	log.Error(fmt.Errorf("sync %q failed with %v", "p|default/web-1", behind), "Unhandled Error")
+	if out := buf.String(); !strings.Contains(out, `"level":"debug"`) || !strings.Contains(out, "not as new as written") {
+		t.Fatalf("at debug, want the requeued sync; got:\n%s", out)
 	}
 }
