@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,10 +39,15 @@ type suiteTimings struct {
 
 // suiteRun is one run of the example's test binary.
 type suiteRun struct {
-	timings  suiteTimings
-	wall     time.Duration
-	peakRSS  map[string]float64 // by process name: kplane, kube-apiserver, etcd
-	testRSS  float64            // the test binary itself
+	timings suiteTimings
+	wall    time.Duration
+	peakRSS map[string]float64 // by process name: kplane, kube-apiserver, etcd
+	testRSS float64            // the test binary itself
+	// testCPU is the CPU time of the test binary itself, childCPU that of
+	// the processes it started, by name: as last sampled, up to 100 ms
+	// short of their end.
+	testCPU  float64
+	childCPU map[string]float64
 	passed   int
 	failures []string
 }
@@ -145,8 +151,8 @@ func runSuite(binary, example string, env []string, args ...string) (suiteRun, e
 	if err := cmd.Start(); err != nil {
 		return suiteRun{}, err
 	}
-	run := suiteRun{peakRSS: map[string]float64{}}
-	stop := sampleMemory(cmd.Process.Pid, &run)
+	run := suiteRun{peakRSS: map[string]float64{}, childCPU: map[string]float64{}}
+	stop := sampleProcesses(cmd.Process.Pid, &run)
 	err := cmd.Wait()
 	run.wall = time.Since(start)
 	stop()
@@ -169,11 +175,14 @@ func runSuite(binary, example string, env []string, args ...string) (suiteRun, e
 	return run, nil
 }
 
-// sampleMemory records, every 100 ms until stopped, the peak resident
-// memory of the test binary and of its children by name.
-func sampleMemory(pid int, run *suiteRun) func() {
+// sampleProcesses records, every 100 ms until stopped, the peak resident
+// memory of the test binary and of its children by name, and the
+// children's CPU time.
+func sampleProcesses(pid int, run *suiteRun) func() {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	cpu := map[int]float64{}
+	names := map[int]string{}
 	wg.Go(func() {
 		for {
 			sum := map[string]float64{}
@@ -181,12 +190,22 @@ func sampleMemory(pid int, run *suiteRun) func() {
 				if rss, err := processRSS(child); err == nil {
 					sum[processName(child)] += rss
 				}
+				if seconds, err := processCPUSeconds(child); err == nil {
+					cpu[child], names[child] = seconds, processName(child)
+				}
 			}
 			for name, rss := range sum {
 				run.peakRSS[name] = max(run.peakRSS[name], rss)
 			}
+			clear(run.childCPU)
+			for child, seconds := range cpu {
+				run.childCPU[names[child]] += seconds
+			}
 			if rss, err := processRSS(pid); err == nil {
 				run.testRSS = max(run.testRSS, rss)
+			}
+			if seconds, err := processCPUSeconds(pid); err == nil {
+				run.testCPU = seconds
 			}
 			select {
 			case <-done:
@@ -271,6 +290,18 @@ func gotestResult(p gotestParams, planes, created, parallel, serial, envtest sui
 		"envtest_kube_apiserver_peak_rss_mib": envtest.peakRSS["kube-apiserver"] / mib,
 		"envtest_etcd_peak_rss_mib":           envtest.peakRSS["etcd"] / mib,
 		"envtest_test_binary_peak_rss_mib":    envtest.testRSS / mib,
+
+		"kplane_parallel_test_binary_cpu_seconds": parallel.testCPU,
+		"kplane_parallel_server_cpu_seconds":      parallel.childCPU["kplane"],
+		"envtest_test_binary_cpu_seconds":         envtest.testCPU,
+		"envtest_kube_apiserver_cpu_seconds":      envtest.childCPU["kube-apiserver"],
+		"envtest_etcd_cpu_seconds":                envtest.childCPU["etcd"],
+	}
+	// However fast the server, the parallel suite cannot end before the
+	// test binary's own CPU time (its controllers, clients and test code)
+	// has been spent on the machine's cores: the speedup it allows.
+	if bound := f["kplane_parallel_test_binary_cpu_seconds"] / float64(runtime.NumCPU()); bound > 0 {
+		f["speedup_bound_by_test_binary_cpu"] = f["envtest_suite_seconds"] / bound
 	}
 	// Whole suites as a developer waits for them: kplane's from the start
 	// of its first plane to the end of its last case (the server starts in
@@ -288,6 +319,7 @@ func gotestResult(p gotestParams, planes, created, parallel, serial, envtest sui
 		"envtest_suite_seconds includes envtest's start-up (etcd, kube-apiserver, CRD install); envtest_namespace_* is its per-case setup (a namespace on the shared cluster).",
 		"*_process_seconds: the whole test binary, including TestMain's kplane server start (the envtest run starts one too).",
 		"envtest has no garbage collector: its delete cases check owner references only.",
+		"*_cpu_seconds: user and system CPU of the whole run of the test binary (its TestMain's server start included), split between the test binary and the servers it started (sampled every 100 ms). speedup_bound_by_test_binary_cpu: envtest_suite_seconds over the test binary's own CPU time spread on every core of the machine: the largest speedup the parallel suite can reach here even with a server that costs nothing.",
 	}
 	for _, r := range []struct {
 		name string

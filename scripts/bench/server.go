@@ -307,7 +307,13 @@ func selfCPUSeconds() (float64, error) {
 // A rollout's wall time on a busy 2-core machine moves by 10 % from run to
 // run; the CPU the server spent on it is what a change of the server moves.
 func (s *server) cpuSeconds() (float64, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	return processCPUSeconds(s.cmd.Process.Pid)
+}
+
+// processCPUSeconds is the CPU time (user and system) process pid has used
+// so far, its children's not included.
+func processCPUSeconds(pid int) (float64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -316,13 +322,13 @@ func (s *server) cpuSeconds() (float64, error) {
 	i := strings.LastIndexByte(string(stat), ')')
 	fields := strings.Fields(string(stat[i+1:]))
 	if i < 0 || len(fields) < 13 {
-		return 0, fmt.Errorf("reading the CPU time of process %d: %q", s.cmd.Process.Pid, stat)
+		return 0, fmt.Errorf("reading the CPU time of process %d: %q", pid, stat)
 	}
 	var ticks float64
 	for _, f := range fields[11:13] {
 		n, err := strconv.ParseFloat(f, 64)
 		if err != nil {
-			return 0, fmt.Errorf("reading the CPU time of process %d: %w", s.cmd.Process.Pid, err)
+			return 0, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
 		}
 		ticks += n
 	}
