@@ -26,8 +26,20 @@ import (
 // storage: a deleted plane keeps nothing, whatever finalizers its objects
 // carry. It returns the number of objects deleted.
 func (m *Manager) wipe(ctx context.Context, plane string) (int, error) {
-	w, err := m.wipeResources(ctx, plane, everyResource, nil)
+	w, err := m.wipeResources(ctx, plane, wipeRules{include: everyResource})
 	return w.records, err
+}
+
+// wipeRules say what a wipe deletes and where it finds it.
+type wipeRules struct {
+	// include selects the storages the wipe looks in.
+	include func(*planestorage.Store) bool
+	// keep (nil: nothing) says which records stay.
+	keep keepFunc
+	// fromCache lists the records from the watch caches: the plane is
+	// held and this server is the only one to write it
+	// (planestorage.WithOwnLayerFromCache).
+	fromCache bool
 }
 
 func everyResource(*planestorage.Store) bool { return true }
@@ -53,18 +65,18 @@ func (w *wiped) deleted(s *planestorage.Store, revision int64) {
 // resources the plane wrote since; the others hold nothing of it. It
 // starts tracking again from nothing.
 func (m *Manager) wipeForReset(ctx context.Context, plane string) (wiped, error) {
+	rules := wipeRules{include: everyResource, keep: keptByReset}
 	if !m.config.SoleServer {
-		return m.wipeResources(ctx, plane, everyResource, keptByReset)
+		return m.wipeResources(ctx, plane, rules)
 	}
-	written, tracked := m.config.Storage.Written(plane)
-	include := everyResource
-	if tracked {
-		include = func(s *planestorage.Store) bool {
+	rules.fromCache = true
+	if written, tracked := m.config.Storage.Written(plane); tracked {
+		rules.include = func(s *planestorage.Store) bool {
 			_, wrote := written[s.ResourcePrefix()]
 			return wrote
 		}
 	}
-	w, err := m.wipeResources(ctx, plane, include, keptByReset)
+	w, err := m.wipeResources(ctx, plane, rules)
 	if err != nil {
 		// Some records may be left where the next reset would not look.
 		m.config.Storage.ForgetWrites(plane)
@@ -75,12 +87,14 @@ func (m *Manager) wipeForReset(ctx context.Context, plane string) (wiped, error)
 	return w, nil
 }
 
-// wipeResources deletes plane's own records in the resources that
-// include selects, but those keep (when set) says to keep.
-func (m *Manager) wipeResources(ctx context.Context, plane string, include func(*planestorage.Store) bool, keep keepFunc) (wiped, error) {
+// wipeResources deletes plane's own records as rules say.
+func (m *Manager) wipeResources(ctx context.Context, plane string, rules wipeRules) (wiped, error) {
 	var w wiped
 	// Only the plane's own records: a template's objects are not its to delete.
 	pctx := planestorage.WithOwnLayer(planes.WithPlane(ctx, plane))
+	if rules.fromCache {
+		pctx = planestorage.WithOwnLayerFromCache(planes.WithPlane(ctx, plane))
+	}
 	// Custom resources are stored under their CRD's storage, which exists
 	// only once the CRD has been served since the server started.
 	if m.config.CustomResources != nil {
@@ -96,7 +110,7 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 	// storage of its custom resources, which must be empty by then.
 	var first, last []*planestorage.Store
 	for _, s := range m.config.Storage.Stores() {
-		if !s.Owns(plane) || !include(s) {
+		if !s.Owns(plane) || !rules.include(s) {
 			// Another CRD content's storage of a custom resource (the
 			// plane's objects are deleted through its own), or one the
 			// plane did not write.
@@ -109,7 +123,7 @@ func (m *Manager) wipeResources(ctx context.Context, plane string, include func(
 		}
 	}
 	for _, stores := range [][]*planestorage.Store{first, last} {
-		if err := m.wipeStores(pctx, plane, stores, keep, &w); err != nil {
+		if err := m.wipeStores(pctx, plane, stores, rules, &w); err != nil {
 			return w, err
 		}
 	}
@@ -124,13 +138,13 @@ var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: 
 // wipeParallelism calls at a time, so that they overlap their round trips
 // to etcd or PostgreSQL; on SQLite, which takes one write at a time, they
 // overlap the work around each write.
-func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, keep keepFunc, w *wiped) error {
+func (m *Manager) wipeStores(ctx context.Context, plane string, stores []*planestorage.Store, rules wipeRules, w *wiped) error {
 	found := make([][]record, len(stores))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(wipeParallelism)
 	for i, s := range stores {
 		g.Go(func() error {
-			records, err := listRecords(gctx, s, keep)
+			records, err := listRecords(gctx, s, rules.keep)
 			if err != nil {
 				return fmt.Errorf("listing %s of plane %s: %w", s.Resource(), plane, err)
 			}
@@ -269,7 +283,8 @@ type record struct {
 
 func listRecords(ctx context.Context, s *planestorage.Store, keep keepFunc) ([]record, error) {
 	list := s.NewList()
-	// A consistent read: what the datastore holds, not what a cache has seen.
+	// A consistent read: every record the datastore holds (from the watch
+	// cache only where it holds them all: WithOwnLayerFromCache).
 	if err := s.GetList(ctx, s.ResourcePrefix(), storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
 		return nil, err
 	}

@@ -43,9 +43,10 @@ func (r *Registry) SetSoleServer(sole bool) { r.sole.Store(sole) }
 // consistent read of s, and false where the datastore must. A read of a
 // plane's own layer alone (WithOwnLayer: a wipe finding the records to
 // delete, a clone copying them) is the datastore's: it acts on the
-// records, not on what a client is shown.
+// records, not on what a client is shown; but for a plane held for its
+// reset (WithOwnLayerFromCache).
 func (s *Store) freshRevision(ctx context.Context) (string, bool) {
-	if s.registry == nil || !s.registry.sole.Load() || s.content != "" || s.mirror || ownLayer(ctx) {
+	if s.registry == nil || !s.registry.sole.Load() || s.content != "" || s.mirror || ownLayerFromDatastoreOnly(ctx) {
 		return "", false
 	}
 	source := s.source()

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -88,5 +89,60 @@ func TestConsistentReadsFromTheCache(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A list of a plane's own layer alone is the datastore's, but for a caller
+// that holds the plane (WithOwnLayerFromCache, a reset): the watch cache
+// serves it, with every record at the revision of its last acknowledged
+// write.
+func TestOwnLayerListedFromTheCacheOnlyWhenAsked(t *testing.T) {
+	r := NewRegistry()
+	r.SetSoleServer(true)
+	r.SetCacheTransform(schema.GroupResource{Resource: "things"}, func(obj runtime.Object) {
+		u := obj.(*unstructured.Unstructured)
+		annotations := u.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[cachedMark] = "yes"
+		u.SetAnnotations(annotations)
+	})
+	ctx, s := cachedThings(t, r)
+	ctx = planes.WithPlane(ctx, "p")
+	written := map[string]string{}
+	for i := range 5 {
+		obj := counted("p", fmt.Sprintf("thing-%d", i), 0, "x")
+		obj.SetNamespace("ns")
+		obj.SetResourceVersion("")
+		out := &unstructured.Unstructured{}
+		if err := s.Create(ctx, "/things/ns/"+obj.GetName(), obj, out, 0); err != nil {
+			t.Fatal(err)
+		}
+		written[out.GetName()] = out.GetResourceVersion()
+	}
+	for _, c := range []struct {
+		what      string
+		ctx       context.Context
+		fromCache bool
+	}{
+		{"WithOwnLayer", WithOwnLayer(ctx), false},
+		{"WithOwnLayerFromCache", WithOwnLayerFromCache(ctx), true},
+	} {
+		list := &unstructured.UnstructuredList{}
+		if err := s.GetList(c.ctx, "/things", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if len(list.Items) != len(written) {
+			t.Fatalf("%s: listed %d records, want %d", c.what, len(list.Items), len(written))
+		}
+		for _, item := range list.Items {
+			if fromCache := item.GetAnnotations()[cachedMark] != ""; fromCache != c.fromCache {
+				t.Errorf("%s: %s from the cache: %v, want %v", c.what, item.GetName(), fromCache, c.fromCache)
+			}
+			if item.GetResourceVersion() != written[item.GetName()] {
+				t.Errorf("%s: %s at resourceVersion %s, written at %s", c.what, item.GetName(), item.GetResourceVersion(), written[item.GetName()])
+			}
+		}
 	}
 }

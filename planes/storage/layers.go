@@ -133,16 +133,42 @@ func describePlanes(names []string) string {
 
 type ownLayerKey struct{}
 
+// ownLayerReads says where a read of a plane's own layer is served from.
+type ownLayerReads int
+
+const (
+	ownLayerFromDatastore ownLayerReads = iota + 1
+	ownLayerFromCache
+)
+
 // WithOwnLayer returns a copy of ctx whose storage calls see and change the
 // plane's own records only, tombstones included, never its template's:
-// what wiping and resetting a plane need.
+// what wiping and resetting a plane need. Its reads are the datastore's:
+// they act on the records, not on what a client is shown.
 func WithOwnLayer(ctx context.Context) context.Context {
-	return context.WithValue(ctx, ownLayerKey{}, true)
+	return context.WithValue(ctx, ownLayerKey{}, ownLayerFromDatastore)
+}
+
+// WithOwnLayerFromCache is WithOwnLayer for a caller that holds the
+// plane's requests and has none in flight (a reset): nothing writes the
+// layer, so a consistent read from the watch cache, at the newest
+// revision this server acknowledged, holds exactly the records the
+// datastore does. Listing a reset member's 20 records from SQLite, their
+// earlier revisions included, took about 3.5 ms of CPU per reset.
+func WithOwnLayerFromCache(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownLayerKey{}, ownLayerFromCache)
 }
 
 func ownLayer(ctx context.Context) bool {
-	own, _ := ctx.Value(ownLayerKey{}).(bool)
-	return own
+	reads, _ := ctx.Value(ownLayerKey{}).(ownLayerReads)
+	return reads != 0
+}
+
+// ownLayerFromDatastoreOnly reports whether ctx reads a plane's own layer
+// from the datastore, never from the watch cache.
+func ownLayerFromDatastoreOnly(ctx context.Context) bool {
+	reads, _ := ctx.Value(ownLayerKey{}).(ownLayerReads)
+	return reads == ownLayerFromDatastore
 }
 
 // layerState is what a stored record is to its plane.
