@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"kplane.dev/kplane/planes"
 	"kplane.dev/kplane/planes/lifecycle"
 	"kplane.dev/kplane/planes/simulation"
 	"kplane.dev/kplane/planes/simulation/kubelet"
@@ -85,11 +86,9 @@ func bindSimulation(sim *simulation.Simulation, manager *lifecycle.Manager) {
 	manager.OnReset(sim.AwaitRevisions)
 	sim.SetOff(func(plane string) bool {
 		obj, exists := manager.Object(plane)
-		if !exists {
-			return false
-		}
-		accessor, err := meta.Accessor(obj)
-		return err == nil && accessor.GetAnnotations()[simulation.PlaneAnnotation] == "false"
+		// Looked up in place: asked for every plane a look at inherited
+		// objects covers, and a Plane carries many annotations.
+		return exists && planes.AnnotationOf(obj, simulation.PlaneAnnotation) == "false"
 	})
 	sim.SetPlaneSettings(func(plane string) kubelet.PlaneSettings {
 		obj, exists := manager.Object(plane)

@@ -99,3 +99,34 @@ func TestOwnRecordsNotListedWhereNoneAreHeld(t *testing.T) {
 		t.Fatalf("asked about %v, want [member]", asked)
 	}
 }
+
+// TestKeepDecidedOncePerRecordVersion: whether the controllers want a
+// template's record is decided once per version of the record, for every
+// member that inherits it.
+func TestKeepDecidedOncePerRecordVersion(t *testing.T) {
+	calls := 0
+	k := services
+	k.keep = func(obj runtime.Object) bool {
+		calls++
+		return services.keep(obj)
+	}
+	s := newSource(&planestorage.Store{}, k, nil, chain{"a": "tmpl", "b": "tmpl"})
+	svc := &api.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db", ResourceVersion: "7"}}
+	for _, plane := range []string{"a", "b", "a"} {
+		if s.kept("shop/db", svc, plane) {
+			t.Fatalf("a Service without a selector kept for %s", plane)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("keep asked %d times about one version, want 1", calls)
+	}
+	changed := svc.DeepCopy()
+	changed.ResourceVersion = "9"
+	changed.Spec.Selector = map[string]string{"app": "db"}
+	if !s.kept("shop/db", changed, "b") {
+		t.Fatal("a new version with a selector not kept")
+	}
+	if calls != 2 {
+		t.Fatalf("keep asked %d times about two versions, want 2", calls)
+	}
+}

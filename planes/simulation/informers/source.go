@@ -82,6 +82,11 @@ type source struct {
 	// through is the revision up to which the informer has been handed
 	// the cache's events, or has been spared those it is not to see.
 	through atomic.Uint64
+
+	keptMu sync.Mutex
+	// keptMemo holds kind.keep's decisions on templates' records, by
+	// namespace/name@resourceVersion.
+	keptMemo map[string]bool
 }
 
 // handedThrough records that the informer has been handed the cache's
