@@ -18,6 +18,20 @@ import (
 // watch cache loads: a read that carries it was served by the cache.
 const cachedMark = "test.kplane.dev/from-cache"
 
+// markCacheReads makes the watch cache of r's things put cachedMark on
+// every object it loads.
+func markCacheReads(r *Registry) {
+	r.SetCacheTransform(schema.GroupResource{Resource: "things"}, func(obj runtime.Object) {
+		u := obj.(*unstructured.Unstructured)
+		annotations := u.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[cachedMark] = "yes"
+		u.SetAnnotations(annotations)
+	})
+}
+
 // A consistent read (resourceVersion "") on a server alone on its
 // datastore is served by the watch cache and still sees each write
 // acknowledged before it, a get as a list; on a server that shares its
@@ -27,15 +41,7 @@ func TestConsistentReadsFromTheCache(t *testing.T) {
 		t.Run(fmt.Sprintf("sole=%v", sole), func(t *testing.T) {
 			r := NewRegistry()
 			r.SetSoleServer(sole)
-			r.SetCacheTransform(schema.GroupResource{Resource: "things"}, func(obj runtime.Object) {
-				u := obj.(*unstructured.Unstructured)
-				annotations := u.GetAnnotations()
-				if annotations == nil {
-					annotations = map[string]string{}
-				}
-				annotations[cachedMark] = "yes"
-				u.SetAnnotations(annotations)
-			})
+			markCacheReads(r)
 			ctx, s := cachedThings(t, r)
 			ctx = planes.WithPlane(ctx, "p")
 			const key = "/things/ns/thing-0"
@@ -99,15 +105,7 @@ func TestConsistentReadsFromTheCache(t *testing.T) {
 func TestOwnLayerListedFromTheCacheOnlyWhenAsked(t *testing.T) {
 	r := NewRegistry()
 	r.SetSoleServer(true)
-	r.SetCacheTransform(schema.GroupResource{Resource: "things"}, func(obj runtime.Object) {
-		u := obj.(*unstructured.Unstructured)
-		annotations := u.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
-		}
-		annotations[cachedMark] = "yes"
-		u.SetAnnotations(annotations)
-	})
+	markCacheReads(r)
 	ctx, s := cachedThings(t, r)
 	ctx = planes.WithPlane(ctx, "p")
 	written := map[string]string{}
