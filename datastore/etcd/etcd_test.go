@@ -10,6 +10,7 @@ import (
 
 	"kplane.dev/kplane/datastore/driver"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/credentials/credtest"
 )
 
 // TestTakenPortIsAnAddressInUseError: Start tells a taken port apart from
@@ -17,20 +18,10 @@ import (
 // whose first start failed on a taken port starts once the port is free.
 func TestTakenPortIsAnAddressInUseError(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := credentials.EnsureCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(name string, leaf credentials.Leaf) (string, string) {
-		cert, key := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		if err := ca.Ensure(cert, key, leaf); err != nil {
-			t.Fatal(err)
-		}
-		return cert, key
-	}
-	localhost := []net.IP{net.ParseIP("127.0.0.1")}
-	serverCert, serverKey := issue("etcd-server", credentials.Leaf{CommonName: "etcd", Server: true, IPs: localhost})
-	peerCert, peerKey := issue("etcd-peer", credentials.Leaf{CommonName: PeerCommonName, Server: true, Client: true, IPs: localhost})
+	certs := credtest.New(t, dir)
+	ca := certs.CA
+	serverCert, serverKey := certs.Issue("etcd-server", credentials.Leaf{CommonName: "etcd", Server: true, IPs: credtest.Localhost})
+	peerCert, peerKey := certs.Issue("etcd-peer", credentials.Leaf{CommonName: PeerCommonName, Server: true, Client: true, IPs: credtest.Localhost})
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

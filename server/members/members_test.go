@@ -21,6 +21,7 @@ import (
 	"kplane.dev/kplane/datastore/driver"
 	"kplane.dev/kplane/datastore/etcd"
 	"kplane.dev/kplane/server/credentials"
+	"kplane.dev/kplane/server/credentials/credtest"
 	"kplane.dev/kplane/server/join"
 )
 
@@ -39,26 +40,18 @@ type cluster struct {
 func startCluster(t *testing.T) cluster {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := credentials.EnsureCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(name string, leaf credentials.Leaf) (string, string) {
-		cert, key := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		if err := ca.Ensure(cert, key, leaf); err != nil {
-			t.Fatal(err)
-		}
-		return cert, key
-	}
-	localhost := []net.IP{net.ParseIP("127.0.0.1")}
-	serverCert, serverKey := issue("etcd-server", credentials.Leaf{CommonName: "etcd", Server: true, IPs: localhost})
-	clientCert, clientKey := issue("etcd-client", credentials.Leaf{CommonName: "client", Client: true})
-	peerCert, peerKey := issue("etcd-peer", credentials.Leaf{CommonName: etcd.PeerCommonName, Server: true, Client: true, IPs: localhost})
-	servingCert, servingKey := issue("serving", credentials.Leaf{CommonName: "kplane", Server: true, IPs: localhost})
+	certs := credtest.New(t, dir)
+	ca := certs.CA
+	localhost := credtest.Localhost
+	serverCert, serverKey := certs.Issue("etcd-server", credentials.Leaf{CommonName: "etcd", Server: true, IPs: localhost})
+	clientCert, clientKey := certs.Issue("etcd-client", credentials.Leaf{CommonName: "client", Client: true})
+	peerCert, peerKey := certs.Issue("etcd-peer", credentials.Leaf{CommonName: etcd.PeerCommonName, Server: true, Client: true, IPs: localhost})
+	servingCert, servingKey := certs.Issue("serving", credentials.Leaf{CommonName: "kplane", Server: true, IPs: localhost})
 
 	// The peer port is the test's to pick, so a port taken between the
 	// pick and etcd's bind is the test's to pick again.
 	var member *etcd.Etcd
+	var err error
 	for attempt := 1; member == nil; attempt++ {
 		member, err = etcd.Start(context.Background(), etcd.Config{
 			DataDir: filepath.Join(dir, "etcd"),
