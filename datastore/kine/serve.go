@@ -77,7 +77,7 @@ func serve(ctx context.Context, cfg serveConfig, grpcServer *grpc.Server) (_ ser
 	if scheme != "unix" {
 		scheme = "http"
 	}
-	api := newEtcdAPI(server.New(backend, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion), backend)
+	api := newEtcdAPI(server.New(answeredCreates{backend}, scheme, cfg.NotifyInterval, cfg.EmulatedEtcdVersion), backend)
 	register(grpcServer, api)
 	listener, err := openListener(bctx, cfg.Listener)
 	if err != nil {

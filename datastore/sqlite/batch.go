@@ -24,29 +24,6 @@ type batchBackend struct {
 
 var _ BatchDeleter = batchBackend{}
 
-// Create is kine's create, answering the revision of the row it inserted.
-// For a key created again after its deletion kine answers its current
-// revision instead (LogStructured.Create shadows the revision of its
-// second insert), which under concurrent writes is another write's: about
-// one create in thirty of a member's deleted objects while resets ran
-// next to each other. The client was handed a resourceVersion its object
-// never had (its update with it was refused), and a consistent read from
-// the watch cache waited for that revision, not the object's: a reset
-// listing a plane's records that way missed records just written. The
-// key's newest row names the create it belongs to.
-func (b batchBackend) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
-	rev, err := b.Backend.Create(ctx, key, value, lease)
-	if err != nil {
-		return rev, err
-	}
-	_, kv, err := b.Backend.Get(ctx, key, 0, true)
-	if err != nil || kv == nil || kv.CreateRevision == 0 {
-		// Deleted again meanwhile: nothing newer names this create.
-		return rev, nil
-	}
-	return kv.CreateRevision, nil
-}
-
 // DeleteBatch implements BatchDeleter. Each deletion is the row kine's own
 // deletion inserts, under the same condition (the key's newest row is
 // still at the revision), so a watch sees one DELETED event per record,
