@@ -108,8 +108,14 @@ func gotestScenario(kplane string, p gotestParams) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("suite on envtest: %w", err)
 	}
+	// The comparison with envtest on equal terms: no plane's workloads move.
+	apiOnly, err := runSuite(testBinary, p.Example, append(env, "RAYSERVE_SIMULATION=off"), "-test.run=^TestRayServeOnKplane$", fmt.Sprintf("-test.parallel=%d", p.Parallel))
+	if err != nil {
+		return Result{}, fmt.Errorf("suite on kplane without the workload simulation: %w", err)
+	}
 	r := gotestResult(p, planes, created, parallel, serial, envtest)
 	addInstalledPath(&r, installed, parallelInstalled)
+	addAPIOnly(&r, apiOnly)
 	return r, nil
 }
 
@@ -353,6 +359,22 @@ func addInstalledPath(r *Result, created, parallel suiteRun) {
 		"*installed*: the old path in the same run (KPLANE_CRD_TEMPLATE=off, no plane ready ahead for plane_with_crds_installed_*): every plane creates the CRDs and waits until they are Established and in discovery.")
 	if len(parallel.failures) > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("kplane parallel, CRDs installed per plane: failed %v", parallel.failures))
+	}
+}
+
+// addAPIOnly adds the parallel suite run with every plane API-only
+// (RAYSERVE_SIMULATION=off), as envtest's cluster is.
+func addAPIOnly(r *Result, run suiteRun) {
+	f := r.Figures
+	f["kplane_api_only_parallel_suite_seconds"] = run.timings.Suite
+	f["kplane_api_only_suite_cases_passed"] = float64(run.passed)
+	f["kplane_api_only_parallel_server_cpu_seconds"] = run.childCPU["kplane"]
+	f["kplane_api_only_parallel_test_binary_cpu_seconds"] = run.testCPU
+	f["speedup_api_only_parallel_kplane_vs_serial_envtest"] = f["envtest_suite_seconds"] / run.timings.Suite
+	r.Notes = append(r.Notes,
+		"*api_only*: the parallel suite again with every plane made WithoutSimulation (RAYSERVE_SIMULATION=off): nothing moves the operator's Deployments, as on envtest; the server still collects garbage, which envtest does not.")
+	if len(run.failures) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("kplane parallel, API-only planes: failed %v", run.failures))
 	}
 }
 
